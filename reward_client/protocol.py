@@ -1,0 +1,228 @@
+"""The wire schema of the reward service, shared by the server and the env-side client.
+
+It lives here, in the light client package, so an RL env worker can build and read
+messages without importing the server. Field names of `ScoreRequest` and the first
+fields of `ScoreResponse` are those the earlier (seed) server used; everything after
+them is an extension that old clients can ignore.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Limits a person can reason about; the server may be configured tighter, never looser.
+MAX_TASK_TEXT_CHARS = 4096
+MAX_NFRAMES = 256
+MIN_MAX_PIXELS = 28 * 28  # one merged patch: anything smaller cannot be encoded
+MAX_MAX_PIXELS = 16384 * 28 * 28
+DEFAULT_NFRAMES = 16
+DEFAULT_MAX_PIXELS = 256 * 28 * 28  # 200704: a 256x256 LIBERO frame passes unscaled
+MAX_BATCH_ITEMS = 256
+
+ScoreMode = Literal["auto", "percentage", "unit", "logprob"]
+SCORE_MODES: tuple[str, ...] = ("auto", "percentage", "unit", "logprob")
+
+
+class ParseStatus(str, Enum):
+    """How the model's answer turned into a score (or why it did not)."""
+
+    ok = "ok"
+    clamped = "clamped"  # a number was found but lay outside the scale; score clamped to [0, 1]
+    missing_answer = "missing_answer"  # no complete <answer>...</answer> where one is required
+    no_number = "no_number"
+    multiple_numbers = "multiple_numbers"
+    logprob = "logprob"  # score read from next-token probabilities, nothing parsed
+
+
+FAILED_PARSE_STATUSES = frozenset(
+    {ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers}
+)
+
+
+class InlineFrames(BaseModel):
+    """Raw RGB frames, uint8, C-order, shape [T, H, W, 3], base64-encoded.
+
+    The cheapest inline form for the sender: no video encoding on the env side.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: tuple[int, int, int, int] = Field(description="[T, H, W, 3]")
+    data_b64: str = Field(description="base64 of the raw uint8 bytes, C-order")
+
+    @field_validator("shape")
+    @classmethod
+    def _check_shape(cls, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        t, h, w, c = shape
+        if c != 3:
+            raise ValueError(f"frames must be RGB with 3 channels, got {c} channels")
+        if t < 1 or h < 1 or w < 1:
+            raise ValueError(f"frames shape must be positive, got {list(shape)}")
+        return shape
+
+    @model_validator(mode="after")
+    def _check_size(self) -> InlineFrames:
+        t, h, w, c = self.shape
+        expected = t * h * w * c
+        # base64 length is exact up to padding: check before decoding megabytes
+        approx = len(self.data_b64) * 3 // 4
+        if abs(approx - expected) > 2:
+            raise ValueError(
+                f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}"
+            )
+        return self
+
+    def decode(self) -> bytes:
+        try:
+            raw = base64.b64decode(self.data_b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"frames.data_b64 is not valid base64: {exc}") from None
+        t, h, w, c = self.shape
+        if len(raw) != t * h * w * c:
+            raise ValueError(f"frames data has {len(raw)} bytes, shape {list(self.shape)} needs {t * h * w * c}")
+        return raw
+
+
+class BackendKwargs(BaseModel):
+    """Per-request scoring options. Unknown keys are refused so a typo never goes unnoticed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score_mode: ScoreMode | None = Field(
+        default=None,
+        description="auto (the profile prompt's scale), percentage (value/100), unit (value as is), "
+        "logprob (P(yes)/(P(yes)+P(no)) of the next token, no decoding). Default: the server's.",
+    )
+    prompt: str | None = Field(
+        default=None,
+        max_length=MAX_TASK_TEXT_CHARS * 4,
+        description="Replaces the profile's question text; '{task}' is replaced by task_text.",
+    )
+    system_prompt: str | None = Field(default=None, max_length=MAX_TASK_TEXT_CHARS * 4)
+    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    return_prompt: bool = Field(default=False, description="Echo the rendered prompt in the response.")
+
+
+class ScoreRequest(BaseModel):
+    """One finished episode to judge. Exactly one video source must be given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_text: str = Field(min_length=1, max_length=MAX_TASK_TEXT_CHARS, description="The task instruction.")
+    video_path: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="A video file on the server's filesystem, under one of its allowed roots.",
+    )
+    video_b64: str | None = Field(default=None, description="An encoded video file (e.g. MP4), base64.")
+    frames: InlineFrames | None = Field(default=None, description="Raw RGB frames, inline.")
+    nframes: int = Field(
+        default=DEFAULT_NFRAMES,
+        ge=1,
+        le=MAX_NFRAMES,
+        description="Frames to show the model, spread evenly over the episode. Normalized to an even "
+        "count >= 2 (Qwen2.5-VL groups frames in pairs); short videos repeat their last frame.",
+    )
+    max_pixels: int = Field(
+        default=DEFAULT_MAX_PIXELS,
+        ge=MIN_MAX_PIXELS,
+        le=MAX_MAX_PIXELS,
+        description="Upper bound of H*W per frame; frames are resized to multiples of 28.",
+    )
+    backend: str | None = Field(default=None, description="Must name the server's backend when given.")
+    backend_kwargs: BackendKwargs = Field(default_factory=BackendKwargs)
+    request_id: str | None = Field(default=None, max_length=128)
+
+    @field_validator("task_text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("task_text is blank; send the task instruction")
+        return value
+
+    @field_validator("backend_kwargs", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _one_video_source(self) -> ScoreRequest:
+        given = [name for name in ("video_path", "video_b64", "frames") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "exactly one of video_path, video_b64, frames must be given"
+                + (f" (got {', '.join(given)})" if given else " (got none)")
+            )
+        return self
+
+
+class Timings(BaseModel):
+    queue_ms: float = 0.0
+    preprocess_ms: float = 0.0
+    engine_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class ScoreResponse(BaseModel):
+    """The judgement of one episode. `score` is in [0, 1], or null with `parse_status` saying why."""
+
+    score: float | None = Field(description="In [0, 1]; null when the model's answer could not be parsed.")
+    model_output: str = Field(description="The model's raw text ('' in logprob mode).")
+    backend: str
+    parse_status: ParseStatus
+    parse_error: str | None = None
+    raw_value: float | None = Field(default=None, description="The number read from the answer, before scaling.")
+    score_mode: ScoreMode
+    nframes: int = Field(description="Frames the model saw, after normalization.")
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    timings: Timings = Field(default_factory=Timings)
+    request_id: str | None = None
+    prompt: str | None = Field(default=None, description="The rendered prompt, when return_prompt was asked.")
+
+
+class BatchScoreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[ScoreRequest] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class ItemError(BaseModel):
+    type: str
+    message: str
+
+
+class BatchItem(BaseModel):
+    """One entry of a batch answer: a response, or the error that item met."""
+
+    index: int
+    response: ScoreResponse | None = None
+    error: ItemError | None = None
+
+
+class BatchScoreResponse(BaseModel):
+    results: list[BatchItem]
+
+
+HealthStatus = Literal["ok", "loading", "draining", "failed"]
+
+
+class HealthResponse(BaseModel):
+    status: HealthStatus
+    backend: str
+    engine: str
+    model: str
+    detail: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error the server returns has this shape."""
+
+    error: ItemError

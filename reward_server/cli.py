@@ -1,0 +1,177 @@
+"""`python -m reward_server`: flags (seed-compatible names) and YAML presets -> a running server.
+
+Nothing heavy is imported before the flags are read: `--help` lists backends and engines
+without touching vLLM, torch or transformers, and `--gpu-ids` sets CUDA_VISIBLE_DEVICES
+before anything can initialise CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from reward_server.engines import ENGINES
+from reward_server.profiles import ALIASES, PROFILES, UnknownBackend, canonical_backend
+from reward_server.settings import ServerSettings, load_yaml
+
+logger = logging.getLogger("reward_server")
+
+DEFAULT_CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
+TINY_CHECKPOINT_DIR = DEFAULT_CACHE / "tiny-qwen2_5_vl"
+
+_FLAG_NAMES = {"video_roots": "--video-root"}
+
+
+def _epilog() -> str:
+    lines = ["backends (--backend):"]
+    for name, (_, _, desc) in PROFILES.items():
+        aliases = [a for a, target in ALIASES.items() if target == name]
+        lines.append(f"  {name:<18} {desc}" + (f" (aliases: {', '.join(aliases)})" if aliases else ""))
+    lines.append("engines (--engine):")
+    for name, (_, _, desc) in ENGINES.items():
+        lines.append(f"  {name:<18} {desc}")
+    lines.append("presets: --config configs/server/<name>.yaml (flags given on the command line win)")
+    return "\n".join(lines)
+
+
+def _scalar_type(annotation: Any) -> Any:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _scalar_type(args[0])
+    if origin is typing.Literal:
+        return str
+    return annotation if annotation in (int, float, str) else str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_server",
+        description="Serve a vision-language judge of robot episodes over HTTP (POST /score, GET /health).",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--config", help="YAML preset of these settings (keys as flag names)")
+    for name, field in ServerSettings.model_fields.items():
+        flag = _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+        default = field.default_factory() if field.default_factory else field.default
+        help_text = f"{field.description or ''} (default: {default})".strip()
+        annotation = field.annotation
+        if annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        elif name == "video_roots":
+            parser.add_argument(flag, dest=name, action="append", metavar="DIR", help=help_text)
+        else:
+            choices = None
+            literal = [a for a in typing.get_args(annotation) if typing.get_origin(a) is typing.Literal]
+            if typing.get_origin(annotation) is typing.Literal:
+                choices = list(typing.get_args(annotation))
+            elif literal:
+                choices = list(typing.get_args(literal[0]))
+            parser.add_argument(flag, dest=name, type=_scalar_type(annotation), choices=choices, help=help_text)
+    return parser
+
+
+def parse_settings(argv: list[str] | None = None) -> ServerSettings:
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    merged: dict[str, Any] = {}
+    config = args.pop("config", None)
+    if config:
+        try:
+            merged.update(load_yaml(config))
+        except (OSError, ValueError) as exc:
+            parser.error(f"--config {config}: {exc}")
+    merged.update(args)
+    try:
+        settings = ServerSettings(**merged)
+        canonical_backend(settings.backend)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        parser.error(problems)
+    except UnknownBackend as exc:
+        parser.error(str(exc))
+    return settings
+
+
+def serve(settings: ServerSettings) -> int:
+    """Run the server until it is stopped; returns the process exit code."""
+    import uvicorn
+
+    from reward_server.app import build_app
+    from reward_server.engines import EngineConfig, load_engine
+    from reward_server.profiles import SamplingDefaults, load_profile
+    from reward_server.service import ScoringService
+
+    backend = canonical_backend(settings.backend)
+    model_path = settings.model_path
+    if model_path is None:
+        from reward_server.tiny_checkpoint import ensure_checkpoint
+
+        model_path = str(ensure_checkpoint(TINY_CHECKPOINT_DIR))
+        logger.warning("no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", model_path)
+
+    profile = load_profile(backend)
+    d = profile.sampling_defaults
+    profile = load_profile(
+        backend,
+        sampling=SamplingDefaults(
+            max_tokens=settings.max_tokens or d.max_tokens,
+            temperature=d.temperature if settings.temperature is None else settings.temperature,
+            top_p=settings.top_p or d.top_p,
+        ),
+        default_score_mode=settings.score_mode,
+    )
+    engine = load_engine(
+        settings.engine,
+        EngineConfig(
+            model_path=model_path,
+            dtype=settings.dtype,
+            tensor_parallel_size=settings.effective_tensor_parallel_size(backend),
+            max_model_len=settings.max_model_len,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            mm_encoder_attn_backend=settings.mm_encoder_attn_backend,
+            enforce_eager=settings.enforce_eager,
+            cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
+            seed=settings.seed,
+            max_batch_size=settings.max_batch_size,
+        ),
+    )
+    exit_code = 0
+    server: uvicorn.Server | None = None
+
+    def on_failure(detail: str) -> None:
+        nonlocal exit_code
+        exit_code = 1
+        if server is not None:
+            server.should_exit = True  # a supervisor restarts a process that exits non-zero
+
+    service = ScoringService(settings, engine, profile, on_failure=on_failure)
+    app = build_app(service)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    server = uvicorn.Server(config)
+    server.run()
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    if settings.gpu_ids is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = settings.gpu_ids
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return serve(settings)

@@ -1,0 +1,22 @@
+"""Engines by name. The registry holds (module, class) pairs so choosing one never imports another."""
+
+from __future__ import annotations
+
+import importlib
+
+from reward_server.engines.base import Engine, EngineConfig, EngineDead
+
+ENGINES: dict[str, tuple[str, str, str]] = {
+    "vllm": ("reward_server.engines.vllm_engine", "VllmEngine", "vLLM (AsyncLLM): continuous batching"),
+    "hf": ("reward_server.engines.hf_engine", "HFEngine", "transformers: dynamic micro-batching"),
+}
+
+
+def load_engine(name: str, config: EngineConfig) -> Engine:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known engines: {', '.join(ENGINES)}")
+    module, cls, _ = ENGINES[name]
+    return getattr(importlib.import_module(module), cls)(config)
+
+
+__all__ = ["ENGINES", "Engine", "EngineConfig", "EngineDead", "load_engine"]

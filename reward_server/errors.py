@@ -1,0 +1,89 @@
+"""Error classes and how each becomes an HTTP answer (one handler per class, no internals leaked)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from reward_client.protocol import ErrorBody, ItemError
+from reward_server.batching import QueueFull
+from reward_server.engines.base import EngineDead
+from reward_server.profiles import UnknownBackend, UnsupportedOption
+from reward_server.video import PathNotAllowed, VideoError
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+
+
+class BadRequest(ValueError):
+    """The request cannot be served as sent; the message says what to change."""
+
+    type = "bad_request"
+
+
+class NotReady(RuntimeError):
+    """The server is loading, draining or failed."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class DeadlineExceeded(TimeoutError):
+    pass
+
+
+# exception class -> (HTTP status, error type); the first match in order wins
+_CLASSES: list[tuple[type[BaseException], int, str]] = [
+    (PathNotAllowed, 403, "path_not_allowed"),
+    (VideoError, 400, "invalid_video"),
+    (UnknownBackend, 400, "unknown_backend"),
+    (UnsupportedOption, 400, "unsupported_option"),
+    (BadRequest, 400, "bad_request"),
+    (QueueFull, 503, "overloaded"),
+    (NotReady, 503, "not_ready"),
+    (EngineDead, 503, "engine_failed"),
+    (DeadlineExceeded, 504, "deadline_exceeded"),
+]
+
+
+def classify(exc: BaseException) -> tuple[int, ItemError]:
+    for cls, status, kind in _CLASSES:
+        if isinstance(exc, cls):
+            return status, ItemError(type=kind, message=str(exc))
+    logger.error("internal error", exc_info=exc)
+    return 500, ItemError(type="internal_error", message="internal server error; the server log has the details")
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    status, error = classify(exc)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse(ErrorBody(error=error).model_dump(), status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field (not part of the API)"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts) or "invalid request body"
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def handle(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)
+
+    async def handle_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        body = ErrorBody(error=ItemError(type="invalid_request", message=_validation_message(exc)))
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    app.add_exception_handler(RequestValidationError, handle_validation)
+    for cls, _, _ in _CLASSES:
+        app.add_exception_handler(cls, handle)

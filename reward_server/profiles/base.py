@@ -1,0 +1,86 @@
+"""A scoring profile: prompt + frame layout + sampling + parser, for one kind of judge model.
+
+Profiles are engine-agnostic: `build` returns an `EngineRequest`, `parse` reads an
+`EngineOutput`. `--backend` picks a profile; `--engine` picks what runs it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from reward_client.protocol import BackendKwargs, ScoreMode
+from reward_server.engine_io import EngineOutput, EngineRequest, Sampling
+from reward_server.scoring import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
+
+
+class UnsupportedOption(ValueError):
+    """A request asked a profile for something it cannot do (e.g. logprob on a reasoning model)."""
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    max_tokens: int
+    temperature: float
+    top_p: float
+
+
+class Profile(ABC):
+    name: str  # the canonical --backend name, returned in responses
+    description: str
+    answer_format: AnswerFormat
+    prompt_scale: float = 100.0  # what number the built-in prompt asks for at full success
+    score_modes: tuple[ScoreMode, ...] = ("auto", "percentage", "unit")
+    default_score_mode: ScoreMode = "auto"
+    sampling_defaults: SamplingDefaults
+    fps: float = 2.0
+
+    def __init__(self, sampling: SamplingDefaults | None = None, default_score_mode: ScoreMode | None = None):
+        if sampling is not None:
+            self.sampling_defaults = sampling
+        if default_score_mode is not None:
+            self.check_score_mode(default_score_mode)
+            self.default_score_mode = default_score_mode
+
+    def check_score_mode(self, score_mode: ScoreMode) -> None:
+        if score_mode not in self.score_modes:
+            raise UnsupportedOption(
+                f"score_mode {score_mode!r} is not available for backend {self.name}; "
+                f"allowed: {', '.join(self.score_modes)}"
+            )
+
+    def resolve_score_mode(self, kwargs: BackendKwargs) -> ScoreMode:
+        mode = kwargs.score_mode or self.default_score_mode
+        self.check_score_mode(mode)
+        return mode
+
+    def sampling(self, kwargs: BackendKwargs, score_mode: ScoreMode) -> Sampling:
+        if score_mode == "logprob":
+            return Sampling(mode="logprob", max_tokens=1, temperature=0.0, top_p=1.0)
+        d = self.sampling_defaults
+        return Sampling(
+            mode="generate",
+            max_tokens=kwargs.max_tokens or d.max_tokens,
+            temperature=d.temperature if kwargs.temperature is None else kwargs.temperature,
+            top_p=kwargs.top_p or d.top_p,
+        )
+
+    @abstractmethod
+    def build(self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode) -> EngineRequest:
+        """The engine request for one episode; video is [T, H, W, 3] uint8, already normalized."""
+
+    def parse(self, output: EngineOutput, score_mode: ScoreMode) -> ParseResult:
+        if score_mode == "logprob":
+            assert output.logprob_positive is not None and output.logprob_negative is not None
+            return logprob_score(output.logprob_positive, output.logprob_negative)
+        return self.parse_text(output.text, score_mode)
+
+    def parse_text(self, text: str, score_mode: ScoreMode) -> ParseResult:
+        return parse_answer(text, answer_format=self.answer_format, scale=scale_for(score_mode, self.prompt_scale))
+
+
+def fill_task(template: str, task_text: str) -> str:
+    """Put the task into a prompt; only the literal '{task}' is replaced, other braces stay."""
+    return template.replace("{task}", task_text.strip())

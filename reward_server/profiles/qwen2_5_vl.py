@@ -1,0 +1,37 @@
+"""Qwen2.5-VL-Instruct as a judge: a progress question (0-100), or a yes/no claim for logprob scoring."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reward_client.protocol import BackendKwargs, ScoreMode
+from reward_server.engine_io import ChatPrompt, EngineRequest, TextPart, VideoPart
+from reward_server.profiles.base import Profile, SamplingDefaults, fill_task
+
+PROGRESS_PROMPT = (
+    "The video shows a robot arm working on this task: {task}\n"
+    "How much of the task is done by the end of the video? Give the completion as a percentage "
+    "from 0 (nothing done) to 100 (task fully completed).\n"
+    "Answer with one number between 0 and 100 and nothing else."
+)
+
+# Asserting completion and asking for a verdict ranks episodes better than asking whether the
+# task is complete (RLinf's TOPReward notes); the next token's P(Yes) vs P(No) is the score.
+LOGPROB_PROMPT = (
+    "The video shows a robot arm working on this task: {task}\n"
+    "Claim: by the end of the video, the robot has fully completed the task.\n"
+    "Is the claim correct? Answer Yes or No."
+)
+
+
+class Qwen25VLProfile(Profile):
+    name = "qwen2_5_vl_vllm"
+    description = "Qwen2.5-VL-Instruct: video + progress prompt (0-100), or yes/no logprob"
+    answer_format = "plain"
+    score_modes = ("auto", "percentage", "unit", "logprob")
+    sampling_defaults = SamplingDefaults(max_tokens=32, temperature=0.0, top_p=1.0)
+
+    def build(self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode) -> EngineRequest:
+        template = kwargs.prompt or (LOGPROB_PROMPT if score_mode == "logprob" else PROGRESS_PROMPT)
+        chat = ChatPrompt(system=kwargs.system_prompt, user=(VideoPart(), TextPart(fill_task(template, task_text))))
+        return EngineRequest(chat=chat, video=video, sampling=self.sampling(kwargs, score_mode), fps=self.fps)

@@ -1,0 +1,253 @@
+"""Build a random-weight Qwen2.5-VL checkpoint directory on local disk.
+
+No machine here reaches a model hub, so the demo, the tests and the benchmarks build their
+checkpoint: config, safetensors, tokenizer, processor and chat template, written with
+`save_pretrained` so vLLM and transformers load it through their normal loading code.
+Scores from random weights are meaningless; shapes, prompts, batching and timing are real.
+
+    python -m reward_server.tiny_checkpoint OUT_DIR [--preset tiny|qwen2_5_vl_7b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+# The Qwen2.5-VL chat layout (no whitespace control: the newlines are part of the format; system turn defaulted when absent; vision items wrapped in
+# vision_start/end around one pad token that the processor expands), written for this builder.
+CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Words the tokenizer must keep whole: the logprob prompts read the next-token probability of
+# single tokens, and a real Qwen tokenizer has these as single tokens too.
+_WHOLE_WORDS = ("Yes", "No", "True", "False", "yes", "no")
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    """Model sizes. head_dim = hidden_size / num_attention_heads must be 128 for vLLM's CPU attention."""
+
+    hidden_size: int = 256
+    intermediate_size: int = 512
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    vocab_size: int = 2048
+    mrope_section: tuple[int, int, int] = (16, 24, 24)
+    vision_depth: int = 2
+    vision_hidden_size: int = 64
+    vision_intermediate_size: int = 128
+    vision_num_heads: int = 2
+    vision_fullatt_block_indexes: tuple[int, ...] = (1,)
+    max_position_embeddings: int = 32768
+    dtype: str = "float32"
+
+
+PRESETS: dict[str, TinyShape] = {
+    "tiny": TinyShape(),
+    # The real Qwen2.5-VL-7B-Instruct shapes, for GPU benchmarks with random weights.
+    "qwen2_5_vl_7b": TinyShape(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        vision_depth=32,
+        vision_hidden_size=1280,
+        vision_intermediate_size=3420,
+        vision_num_heads=16,
+        vision_fullatt_block_indexes=(7, 15, 23, 31),
+        max_position_embeddings=128000,
+        dtype="bfloat16",
+    ),
+}
+
+
+def _corpus() -> list[str]:
+    from reward_server.profiles.primo_r1 import PRIMO_SYSTEM_PROMPT, PRIMO_QUESTION_TEMPLATE
+    from reward_server.profiles.qwen2_5_vl import LOGPROB_PROMPT, PROGRESS_PROMPT
+
+    lines = [PRIMO_SYSTEM_PROMPT, PRIMO_QUESTION_TEMPLATE, PROGRESS_PROMPT, LOGPROB_PROMPT]
+    lines += list(_WHOLE_WORDS) * 100
+    lines += [f"<answer>{i}</answer> {i}% {i}.5" for i in range(101)]
+    lines += ["put both the alphabet soup and the tomato sauce in the basket", "You are a helpful assistant."]
+    return lines
+
+
+def build_tokenizer(vocab_size: int):
+    """A byte-level BPE trained on the service's own prompts, wrapped as a Qwen2 tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2TokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=min(vocab_size, 2048) - len(SPECIAL_TOKENS),
+        special_tokens=[],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    hf_tok = Qwen2TokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        padding_side="left",
+    )
+    hf_tok.chat_template = CHAT_TEMPLATE
+    for word in _WHOLE_WORDS:
+        ids = hf_tok.encode(word, add_special_tokens=False)
+        if len(ids) != 1:
+            raise RuntimeError(f"tokenizer splits {word!r} into {len(ids)} tokens; the logprob prompts need one")
+    return hf_tok
+
+
+def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: int = 0) -> Path:
+    """Write the checkpoint into out_dir (created) and return its path."""
+    import torch
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    shape = shape or PRESETS["tiny"]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(shape.vocab_size)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    vocab_size = max(shape.vocab_size, len(tokenizer))
+
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": vocab_size,
+            "hidden_size": shape.hidden_size,
+            "intermediate_size": shape.intermediate_size,
+            "num_hidden_layers": shape.num_hidden_layers,
+            "num_attention_heads": shape.num_attention_heads,
+            "num_key_value_heads": shape.num_key_value_heads,
+            "max_position_embeddings": shape.max_position_embeddings,
+            "rms_norm_eps": 1e-6,
+            "rope_scaling": {"type": "mrope", "mrope_section": list(shape.mrope_section)},
+            "rope_theta": 1000000.0,
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "depth": shape.vision_depth,
+            "hidden_size": shape.vision_hidden_size,
+            "intermediate_size": shape.vision_intermediate_size,
+            "num_heads": shape.vision_num_heads,
+            "out_hidden_size": shape.hidden_size,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": list(shape.vision_fullatt_block_indexes),
+            "tokens_per_second": 2,
+            "in_chans": 3,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=False,
+    )
+    dtype = getattr(torch, shape.dtype)
+    torch.manual_seed(seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = Qwen2_5_VLForConditionalGeneration(config).to(dtype)
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.generation_config.bos_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(out, safe_serialization=True)
+    del model
+
+    # Pixel bounds as in the released Qwen2.5-VL checkpoints: small frames are not upscaled.
+    pixel_bounds = {"min_pixels": 56 * 56, "max_pixels": 28 * 28 * 16384}
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**pixel_bounds),
+        video_processor=Qwen2VLVideoProcessor(**pixel_bounds),
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+    processor.save_pretrained(out)
+    (out / "tiny_checkpoint.json").write_text(json.dumps({"seed": seed, **asdict(shape)}, indent=2))
+    logger.info("wrote random-weight Qwen2.5-VL checkpoint to %s", out)
+    return out
+
+
+def ensure_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: int = 0) -> Path:
+    """Build the checkpoint unless out_dir already holds one built with the same settings."""
+    out = Path(out_dir)
+    shape = shape or PRESETS["tiny"]
+    marker = out / "tiny_checkpoint.json"
+    if marker.exists() and (out / "config.json").exists():
+        built = json.loads(marker.read_text())
+        wanted = json.loads(json.dumps({"seed": seed, **asdict(shape)}))
+        if built == wanted:
+            return out
+    return build_checkpoint(out, shape, seed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    parser.add_argument("--num-hidden-layers", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    shape = PRESETS[args.preset]
+    if args.dtype:
+        shape = replace(shape, dtype=args.dtype)
+    if args.num_hidden_layers:
+        shape = replace(shape, num_hidden_layers=args.num_hidden_layers)
+    build_checkpoint(args.out_dir, shape, args.seed)
+
+
+if __name__ == "__main__":
+    main()
