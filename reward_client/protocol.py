@@ -39,9 +39,7 @@ class ParseStatus(str, Enum):
     logprob = "logprob"  # score read from next-token probabilities, nothing parsed
 
 
-FAILED_PARSE_STATUSES = frozenset(
-    {ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers}
-)
+FAILED_PARSE_STATUSES = frozenset({ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers})
 
 
 class InlineFrames(BaseModel):
@@ -72,9 +70,7 @@ class InlineFrames(BaseModel):
         # base64 length is exact up to padding: check before decoding megabytes
         approx = len(self.data_b64) * 3 // 4
         if abs(approx - expected) > 2:
-            raise ValueError(
-                f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}"
-            )
+            raise ValueError(f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}")
         return self
 
     def decode(self) -> bytes:

@@ -108,7 +108,7 @@ class Batcher:
             if self._on_batch:
                 self._on_batch(len(live))
             outputs = await self.engine.run_batch([item.request for item in live])
-            for item, out in zip(live, outputs):
+            for item, out in zip(live, outputs, strict=True):
                 if item.future.done():
                     continue
                 if isinstance(out, Exception):

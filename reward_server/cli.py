@@ -118,7 +118,9 @@ def serve(settings: ServerSettings) -> int:
         from reward_server.tiny_checkpoint import ensure_checkpoint
 
         model_path = str(ensure_checkpoint(TINY_CHECKPOINT_DIR))
-        logger.warning("no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", model_path)
+        logger.warning(
+            "no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", model_path
+        )
 
     profile = load_profile(backend)
     d = profile.sampling_defaults

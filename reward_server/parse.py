@@ -16,11 +16,16 @@ from reward_server.profiles import UnknownBackend, backend_names, load_profile
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reward_server.parse", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_server.parse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", required=True, help=f"one of: {', '.join(backend_names())}")
-    parser.add_argument("--score-mode", default=None, choices=[m for m in SCORE_MODES if m != "logprob"],
-                        help="default: the profile's (auto)")
+    parser.add_argument(
+        "--score-mode",
+        default=None,
+        choices=[m for m in SCORE_MODES if m != "logprob"],
+        help="default: the profile's (auto)",
+    )
     args = parser.parse_args(argv)
     try:
         profile = load_profile(args.backend)

@@ -114,7 +114,9 @@ class ScoringService:
 
     def _require_ready(self) -> None:
         if self.status != "ok":
-            raise NotReady(self.status, f"the reward server is {self.status}" + (f": {self.detail}" if self.detail else ""))
+            raise NotReady(
+                self.status, f"the reward server is {self.status}" + (f": {self.detail}" if self.detail else "")
+            )
 
     def _check_backend(self, requested: str | None) -> None:
         if requested is None:

@@ -29,8 +29,9 @@ SPECIAL_TOKENS = (
     "<|video_pad|>",
 )
 
-# The Qwen2.5-VL chat layout (no whitespace control: the newlines are part of the format; system turn defaulted when absent; vision items wrapped in
-# vision_start/end around one pad token that the processor expands), written for this builder.
+# The Qwen2.5-VL chat layout, written for this builder: a default system turn when none is
+# given; each vision item is vision_start + one pad token (the processor expands it) +
+# vision_end. No whitespace control: the newlines are part of the format.
 CHAT_TEMPLATE = (
     "{% if messages[0]['role'] != 'system' %}"
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -95,7 +96,7 @@ PRESETS: dict[str, TinyShape] = {
 
 
 def _corpus() -> list[str]:
-    from reward_server.profiles.primo_r1 import PRIMO_SYSTEM_PROMPT, PRIMO_QUESTION_TEMPLATE
+    from reward_server.profiles.primo_r1 import PRIMO_QUESTION_TEMPLATE, PRIMO_SYSTEM_PROMPT
     from reward_server.profiles.qwen2_5_vl import LOGPROB_PROMPT, PROGRESS_PROMPT
 
     lines = [PRIMO_SYSTEM_PROMPT, PRIMO_QUESTION_TEMPLATE, PROGRESS_PROMPT, LOGPROB_PROMPT]

@@ -71,14 +71,14 @@ class HFEngine(Engine):
         inputs, prompts = self._inputs(requests)
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
         s = requests[0].sampling
-        outputs = [EngineOutput(prompt=p, prompt_tokens=int(n)) for p, n in zip(prompts, prompt_tokens)]
+        outputs = [EngineOutput(prompt=p, prompt_tokens=int(n)) for p, n in zip(prompts, prompt_tokens, strict=True)]
         with torch.inference_mode():
             if s.mode == "logprob":
                 ids = [single_token_id(self._processor.tokenizer, w) for w in s.candidates]
                 logits = self._model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
                 # The same quantity vLLM reports after restricting the next token to the two answers.
                 pair = torch.log_softmax(logits[:, ids], dim=-1)
-                for out, (lp_pos, lp_neg) in zip(outputs, pair.tolist()):
+                for out, (lp_pos, lp_neg) in zip(outputs, pair.tolist(), strict=True):
                     out.logprob_positive, out.logprob_negative = lp_pos, lp_neg
                     out.output_tokens = 0
             else:
@@ -94,7 +94,7 @@ class HFEngine(Engine):
                 new_tokens = generated[:, inputs["input_ids"].shape[1] :]
                 eos = self._model.generation_config.eos_token_id
                 eos_ids = set(eos if isinstance(eos, list) else [eos])
-                for out, tokens in zip(outputs, new_tokens.tolist()):
+                for out, tokens in zip(outputs, new_tokens.tolist(), strict=True):
                     pad = self._processor.tokenizer.pad_token_id
                     kept = [t for t in tokens if t != pad]
                     stopped = bool(kept) and kept[-1] in eos_ids
@@ -113,7 +113,7 @@ class HFEngine(Engine):
         results: list[EngineOutput | Exception] = [RuntimeError("not run")] * len(requests)
         for indices in groups.values():
             try:
-                for i, out in zip(indices, self._run_group([requests[i] for i in indices])):
+                for i, out in zip(indices, self._run_group([requests[i] for i in indices]), strict=True):
                     results[i] = out
             except Exception as exc:  # one bad group must not take the others down
                 logger.exception("transformers batch of %d failed", len(indices))

@@ -83,12 +83,16 @@ class VllmEngine(Engine):
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._processor = await asyncio.to_thread(load_processor, self.config.model_path)
+        await asyncio.to_thread(self.load_processor)
         args = self.engine_args()
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
         self._llm = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_running_tracker(self.stats)]
         )
+
+    def load_processor(self) -> None:
+        """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
+        self._processor = load_processor(self.config.model_path)
 
     def token_id(self, word: str) -> int:
         if word not in self._token_ids:

@@ -16,53 +16,55 @@ from reward_server.profiles.base import Profile, SamplingDefaults, fill_task
 PRIMO_SYSTEM_PROMPT = """A conversation between User and Assistant. The Assistant is an expert AI specializing in embodied procedure and event reasoning based on visual input (video or images). The assistant must strictly follow a specific thought process and output format. The reasoning process is enclosed within <think> </think> tags, and the final answer is within <answer> </answer> tags. The <think> block must contain three ordered subsections: <planning>, <observation>, and <reasoning>. The <answer> block must contain only the final output required by the question type and no other commentary."""
 
 PRIMO_QUESTION_TEMPLATE = (
-    'QUESTION:\n'
-    '{Question}\n'
-    '\n'
-    'QUESTION TYPE:\n'
-    '{question_type}\n'
-    '\n'
-    'Analyze the provided visual data and reason about the ongoing task.\n'
-    '\n'
-    'Please think about this question as if you were a human pondering deeply. Provide your detailed reasoning between the <think> and </think> tags, following the subsections <planning>, <observation>, and <reasoning>. Then give your final answer between the <answer> and </answer> tags.\n'
-    '\n'
-    'Below is the required template:\n'
-    '\n'
-    '<think>\n'
-    '<planning>\n'
-    'Identify the high-level goal of the agent, what is the initial state? What does successful completion look like?\n'
-    'Break down the high-level goal into a logical sequence of canonical steps. This serves as your mental plan for interpreting the task.\n'
-    'Use this plan to interpret actions, map observed behaviors to steps, assess progress, detect anomalies, and predict what happens next.\n'
-    '</planning>\n'
-    '<observation>\n'
-    'View the video as a temporal sequence of actions contributing to the procedure.\n'
-    'Objectively describe what is occurring in the current moment, noting evidence of progress or state changes.\n'
-    'Identify fine-grained actions and explain how they move the task forward.\n'
-    'List relevant objects, tools, and environmental context, emphasizing functional states and transformations.\n'
-    'Note cues—repetition, transitions, or completion indicators—that situate the action in the procedural script.\n'
-    '</observation>\n'
-    '<reasoning>\n'
+    "QUESTION:\n"
+    "{Question}\n"
+    "\n"
+    "QUESTION TYPE:\n"
+    "{question_type}\n"
+    "\n"
+    "Analyze the provided visual data and reason about the ongoing task.\n"
+    "\n"
+    "Please think about this question as if you were a human pondering deeply. Provide your detailed reasoning between the <think> and </think> tags, following the subsections <planning>, <observation>, and <reasoning>. Then give your final answer between the <answer> and </answer> tags.\n"
+    "\n"
+    "Below is the required template:\n"
+    "\n"
+    "<think>\n"
+    "<planning>\n"
+    "Identify the high-level goal of the agent, what is the initial state? What does successful completion look like?\n"
+    "Break down the high-level goal into a logical sequence of canonical steps. This serves as your mental plan for interpreting the task.\n"
+    "Use this plan to interpret actions, map observed behaviors to steps, assess progress, detect anomalies, and predict what happens next.\n"
+    "</planning>\n"
+    "<observation>\n"
+    "View the video as a temporal sequence of actions contributing to the procedure.\n"
+    "Objectively describe what is occurring in the current moment, noting evidence of progress or state changes.\n"
+    "Identify fine-grained actions and explain how they move the task forward.\n"
+    "List relevant objects, tools, and environmental context, emphasizing functional states and transformations.\n"
+    "Note cues—repetition, transitions, or completion indicators—that situate the action in the procedural script.\n"
+    "</observation>\n"
+    "<reasoning>\n"
     "Think through the question as a human would, Engage in an internal dialogue using expressions such as 'let me think', 'wait', 'hmm', 'oh, I see', 'let's break it down', etc.\n"
-    'Connect observations to the procedural plan to determine which step is being executed, progress, correctness, or anomalies.\n'
+    "Connect observations to the procedural plan to determine which step is being executed, progress, correctness, or anomalies.\n"
     "Reflect on assumptions, verify interpretations, and, if appropriate, predict the agent's next likely action.\n"
-    'Synthesize understanding of what the agent is doing, how it fits into the broader task, and whether the process seems successful.\n'
-    'You are encouraged to include self-reflection or verification in your reasoning process.\n'
-    '</reasoning>\n'
-    '</think>\n'
-    '<answer>\n'
-    '[Final answer here — strictly follow the `{question_type}` output format and include no extra commentary.]\n'
-    '</answer>'
+    "Synthesize understanding of what the agent is doing, how it fits into the broader task, and whether the process seems successful.\n"
+    "You are encouraged to include self-reflection or verification in your reasoning process.\n"
+    "</reasoning>\n"
+    "</think>\n"
+    "<answer>\n"
+    "[Final answer here — strictly follow the `{question_type}` output format and include no extra commentary.]\n"
+    "</answer>"
 )
 
-PRIMO_TYPE_TEMPLATE_NUMERICAL = ' Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags.'
+PRIMO_TYPE_TEMPLATE_NUMERICAL = (
+    " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags."
+)
 
 # The question the seed deployment asked for episode progress (task instruction first).
 PRIMO_PROGRESS_QUESTION = (
-    'Task info:\n'
-    '{task_instruction}\n'
-    '\n'
-    'Question:\n'
-    'Given the task goal and the input video, estimate the current task completion percentage (0-100). The estimation must reflect progress toward the final goal rather than scene description.'
+    "Task info:\n"
+    "{task_instruction}\n"
+    "\n"
+    "Question:\n"
+    "Given the task goal and the input video, estimate the current task completion percentage (0-100). The estimation must reflect progress toward the final goal rather than scene description."
 )
 
 
@@ -86,8 +88,10 @@ class PrimoR1Profile(Profile):
     sampling_defaults = SamplingDefaults(max_tokens=4096, temperature=0.1, top_p=0.001)
 
     def build(self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode) -> EngineRequest:
-        question = fill_task(kwargs.prompt, task_text) if kwargs.prompt else PRIMO_PROGRESS_QUESTION.format(
-            task_instruction=task_text.strip()
+        question = (
+            fill_task(kwargs.prompt, task_text)
+            if kwargs.prompt
+            else PRIMO_PROGRESS_QUESTION.format(task_instruction=task_text.strip())
         )
         system = PRIMO_SYSTEM_PROMPT if kwargs.system_prompt is None else kwargs.system_prompt
         chat = ChatPrompt(

@@ -1,0 +1,91 @@
+"""Shared fixtures: the tiny checkpoint (built once per session) and real server processes.
+
+Servers run as child processes bound to 127.0.0.1 on a free port and are stopped at the end
+of the session, whatever happens.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reward_server.launch import ServerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    from reward_server.tiny_checkpoint import ensure_checkpoint
+
+    cache = os.environ.get("REWARD_SERVER_TEST_CHECKPOINT")
+    path = Path(cache) if cache else tmp_path_factory.mktemp("ckpt") / "tiny"
+    return str(ensure_checkpoint(path))
+
+
+@pytest.fixture(scope="session")
+def video_dir(tmp_path_factory) -> Path:
+    """Where tests write episodes for video_path requests; the servers allow only this root."""
+    return tmp_path_factory.mktemp("videos")
+
+
+def episode_frames(steps: int = 24, size: int = 64, seed: int = 0) -> np.ndarray:
+    """Frames that change over the episode (a block moving across a noisy background)."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 60, size=(steps, size, size, 3), dtype=np.uint8)
+    for t in range(steps):
+        x = int((size - 12) * t / max(1, steps - 1))
+        frames[t, 20:32, x : x + 12] = (220, 40, 40)
+    return frames
+
+
+def inline(frames: np.ndarray) -> dict:
+    return {"shape": list(frames.shape), "data_b64": base64.b64encode(np.ascontiguousarray(frames).tobytes()).decode()}
+
+
+def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_dir: Path) -> ServerProcess:
+    flags = ["--config", str(CPU_PRESET), "--model-path", checkpoint, "--video-root", str(video_dir), *extra_flags]
+    server = ServerProcess(flags, log_path=log_dir / f"server-{'-'.join(extra_flags[:2]) or 'default'}.log")
+    server.start()
+    try:
+        server.wait_ready(600)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    """The vllm engine with the Qwen profile; batches wait 300 ms so concurrent requests meet."""
+    server = start_server(
+        ["--engine", "vllm", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory.mktemp("logs")
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "hf", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory.mktemp("logs")
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def primo_hf_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "hf", "--backend", "PRIMO-R1", "--max-tokens", "8"],
+        tiny_checkpoint,
+        video_dir,
+        tmp_path_factory.mktemp("logs"),
+    )
+    yield server
+    server.stop()

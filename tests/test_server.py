@@ -1,0 +1,167 @@
+"""The real server on the tiny checkpoint, both engines, over HTTP.
+
+Scores from random weights are meaningless; what is checked is what users rely on: every
+input form works, answers have the documented shape, concurrent requests are batched,
+health goes loading -> ok, and both engines agree on greedy logprob scores.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+
+import httpx
+import numpy as np
+import pytest
+
+from reward_client.video_io import encode_mp4, write_mp4
+from reward_server.launch import ServerFailed, ServerProcess
+from tests.conftest import CPU_PRESET, episode_frames, inline
+
+pytestmark = pytest.mark.engine
+
+ENGINES = ["vllm_server", "hf_server"]
+TASK = "put the black bowl on the plate"
+
+
+@pytest.fixture(params=ENGINES)
+def server(request) -> ServerProcess:
+    return request.getfixturevalue(request.param)
+
+
+def post(server: ServerProcess, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.url}{path}", json=body, timeout=300)
+
+
+def assert_scored(data: dict, nframes: int = 16) -> None:
+    assert data["backend"] == "qwen2_5_vl_vllm"
+    assert data["nframes"] == nframes
+    assert data["prompt_tokens"] > 0
+    if data["score"] is None:  # null always comes with the reason
+        assert data["parse_status"] in ("missing_answer", "no_number", "multiple_numbers")
+        assert data["parse_error"]
+    else:
+        assert 0.0 <= data["score"] <= 1.0
+    assert data["timings"]["total_ms"] >= data["timings"]["engine_ms"] > 0
+
+
+def test_health_went_loading_then_ok(server):
+    seen = server.health_seen
+    assert seen[-1] == "ok" and "failed" not in seen
+    assert set(seen) <= {"loading", "ok"}
+    r = httpx.get(f"{server.url}/health")
+    assert r.status_code == 200
+    assert r.json()["engine"] in ("vllm", "hf") and r.json()["model"]
+
+
+def test_vllm_health_reported_loading_first(vllm_server):
+    assert vllm_server.health_seen[0] == "loading"  # the engine takes seconds to build
+
+
+def test_score_from_video_path(server, video_dir):
+    path = write_mp4(episode_frames(40), video_dir / "path_episode.mp4", fps=10)
+    r = post(server, "/score", {"task_text": TASK, "video_path": str(path)})
+    assert r.status_code == 200, r.text
+    assert_scored(r.json())
+    assert r.json()["score_mode"] == "auto"
+
+
+def test_score_inline_frames_and_inline_mp4(server):
+    frames = episode_frames(30)
+    r1 = post(server, "/score", {"task_text": TASK, "frames": inline(frames), "nframes": 5})
+    assert r1.status_code == 200, r1.text
+    assert_scored(r1.json(), nframes=6)  # 5 -> 6: Qwen2.5-VL takes frames in pairs
+    mp4 = base64.b64encode(encode_mp4(frames)).decode()
+    r2 = post(server, "/score", {"task_text": TASK, "video_b64": mp4, "nframes": 16})
+    assert r2.status_code == 200, r2.text
+    assert_scored(r2.json())
+
+
+def test_logprob_scores_are_probabilities_and_deterministic(server):
+    body = {"task_text": TASK, "frames": inline(episode_frames(20)), "backend_kwargs": {"score_mode": "logprob"}}
+    first, second = post(server, "/score", body).json(), post(server, "/score", body).json()
+    assert first["parse_status"] == "logprob" and first["model_output"] == ""
+    assert 0.0 < first["score"] < 1.0
+    assert first["score"] == pytest.approx(second["score"], abs=1e-6)
+
+
+def test_batch_form_scores_each_item_and_reports_the_bad_one(server, video_dir):
+    path = write_mp4(episode_frames(12), video_dir / "batch_episode.mp4")
+    body = {
+        "requests": [
+            {"task_text": TASK, "video_path": str(path)},
+            {"task_text": TASK, "video_path": "/etc/hostname"},
+            {"task_text": TASK, "frames": inline(episode_frames(8)), "backend_kwargs": {"score_mode": "logprob"}},
+        ]
+    }
+    r = post(server, "/score/batch", body)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [item["index"] for item in results] == [0, 1, 2]
+    assert_scored(results[0]["response"], nframes=12)  # all 12 frames of a short episode
+    assert results[1]["response"] is None and results[1]["error"]["type"] == "path_not_allowed"
+    assert results[2]["response"]["parse_status"] == "logprob"
+
+
+def test_concurrent_requests_reach_the_engine_as_one_batch(server):
+    before = httpx.get(f"{server.url}/stats").json()
+    bodies = [
+        {
+            "task_text": f"{TASK} #{i}",
+            "frames": inline(episode_frames(16, seed=i)),
+            "backend_kwargs": {"score_mode": "logprob"},
+        }
+        for i in range(8)
+    ]
+    with cf.ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda b: post(server, "/score", b), bodies))
+    assert all(r.status_code == 200 for r in responses)
+    after = httpx.get(f"{server.url}/stats").json()
+    assert after["requests"] - before["requests"] == 8
+    assert after["batches"] - before["batches"] == 1, after  # all 8 in one engine call
+    assert after["max_batch_size"] == 8
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'reward_engine_batch_size_bucket{le="8.0"}' in metrics
+    assert "reward_episodes_total" in metrics
+
+
+def test_wrong_backend_and_bad_kwargs_are_clear_errors(server):
+    frames = inline(episode_frames(4))
+    r = post(server, "/score", {"task_text": TASK, "frames": frames, "backend": "PRIMO-R1"})
+    assert r.status_code == 400 and "--backend PRIMO-R1" in r.json()["error"]["message"]
+    r = post(server, "/score", {"task_text": TASK, "frames": frames, "backend_kwargs": {"score_mod": "unit"}})
+    assert r.status_code == 422 and "score_mod" in r.json()["error"]["message"]
+    assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def test_engines_agree_on_greedy_logprob_scores(vllm_server, hf_server):
+    """Same checkpoint, same frames, same prompt: the two engines' P(yes) agree (float32, CPU)."""
+    diffs = []
+    for seed in range(4):
+        body = {
+            "task_text": TASK,
+            "frames": inline(episode_frames(24, seed=seed)),
+            "backend_kwargs": {"score_mode": "logprob"},
+        }
+        a, b = post(vllm_server, "/score", body).json(), post(hf_server, "/score", body).json()
+        assert a["prompt_tokens"] == b["prompt_tokens"]
+        diffs.append(abs(a["score"] - b["score"]))
+    assert max(diffs) < 2e-3, diffs
+
+
+def test_server_that_cannot_load_its_model_exits_nonzero(tmp_path):
+    server = ServerProcess(
+        ["--config", str(CPU_PRESET), "--engine", "hf", "--model-path", str(tmp_path / "no-such-checkpoint")],
+        log_path=tmp_path / "server.log",
+    )
+    with server:
+        with pytest.raises(ServerFailed):
+            server.wait_ready(120)
+        assert server.proc.wait(60) == 1
+    assert "engine could not start" in server.log_tail(200)
+
+
+def test_frames_the_model_saw_change_over_the_episode():
+    # guards the fixture itself: an episode of identical frames would make batching tests vacuous
+    frames = episode_frames(16)
+    assert not np.array_equal(frames[0], frames[-1])
