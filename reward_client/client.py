@@ -1,0 +1,245 @@
+"""HTTP clients for the reward server: pooled connections, retries with backoff, a deadline.
+
+Retried: connection errors, timeouts, and 429 / 502 / 503 / 504 (honouring Retry-After),
+with jittered exponential backoff, until the overall deadline. Never retried: other 4xx (the
+request itself is wrong; sending it again cannot help) and 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+from pydantic import ValidationError
+
+from reward_client.protocol import (
+    BatchItem,
+    BatchScoreRequest,
+    BatchScoreResponse,
+    ErrorBody,
+    HealthResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
+
+logger = logging.getLogger(__name__)
+
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+
+
+class RewardClientError(RuntimeError):
+    """Base class of everything this client raises."""
+
+
+class RewardRequestError(RewardClientError):
+    """The server refused the request as sent (4xx); retrying cannot help."""
+
+    def __init__(self, status: int, error_type: str, message: str):
+        super().__init__(f"reward server refused the request ({status} {error_type}): {message}")
+        self.status = status
+        self.error_type = error_type
+
+
+class RewardServerError(RewardClientError):
+    """The server failed (500) or answered something that is not the documented schema."""
+
+
+class RewardUnavailable(RewardClientError):
+    """No usable answer before the deadline: server down, overloaded, or too slow."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    deadline_s: float = 300.0  # overall, across all attempts
+    timeout_s: float = 120.0  # one attempt
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 10.0
+    connect_timeout_s: float = 5.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.backoff_max_s) * (1 + random.uniform(0, 0.25))
+        base = min(self.backoff_max_s, self.backoff_initial_s * 2**attempt)
+        return random.uniform(base / 2, base)  # jitter spreads out many envs retrying together
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _raise_for_answer(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        error = ErrorBody.model_validate(response.json()).error
+        kind, message = error.type, error.message
+    except (ValueError, ValidationError):
+        kind, message = "unknown", response.text[:300]
+    if 400 <= response.status_code < 500:
+        raise RewardRequestError(response.status_code, kind, message)
+    raise RewardServerError(f"reward server error {response.status_code} {kind}: {message}")
+
+
+def _parse(model, response: httpx.Response):
+    try:
+        return model.model_validate(response.json())
+    except (ValueError, ValidationError) as exc:
+        raise RewardServerError(f"reward server answered an unexpected body: {exc}") from None
+
+
+class _Base:
+    def __init__(self, base_url: str, policy: RetryPolicy | None, api_key: str | None):
+        self.base_url = base_url.rstrip("/")
+        self.policy = policy or RetryPolicy()
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.attempts = 0  # requests sent, retries included (for logs and tests)
+
+    def _timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.policy.timeout_s, connect=self.policy.connect_timeout_s)
+
+
+class _Attempts:
+    """Counts failed attempts of one call and says how long to wait before the next one."""
+
+    def __init__(self, client: _Base, path: str):
+        self.client, self.path = client, path
+        self.deadline = time.monotonic() + client.policy.deadline_s
+        self.count = 0
+
+    def failed(self, retry_after: float | None, what: str) -> float:
+        self.count += 1
+        pause = self.client.policy.delay(self.count, retry_after)
+        if time.monotonic() + pause >= self.deadline:
+            raise RewardUnavailable(
+                f"no answer from {self.client.base_url}{self.path} within {self.client.policy.deadline_s:g} s "
+                f"({self.count} attempts; last: {what})"
+            )
+        logger.debug("retrying %s in %.2f s (%s)", self.path, pause, what)
+        return pause
+
+
+def _final(response: httpx.Response) -> bool:
+    """True if this answer ends the call (success, or an error raised here); False to retry."""
+    if response.status_code in RETRY_STATUS:
+        return False
+    _raise_for_answer(response)
+    return True
+
+
+class RewardClient(_Base):
+    """Blocking client; one instance per process (it pools connections)."""
+
+    def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
+        super().__init__(base_url, policy, api_key)
+        self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout(), headers=self.headers)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        attempts = _Attempts(self, path)
+        while True:
+            self.attempts += 1
+            try:
+                response = self._http.request(method, path, json=body)
+                if _final(response):
+                    return response
+                pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
+            except httpx.TransportError as exc:
+                pause = attempts.failed(None, f"{type(exc).__name__}: {exc}")
+            time.sleep(pause)
+
+    def score(self, request: ScoreRequest) -> ScoreResponse:
+        response = self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
+        return _parse(ScoreResponse, response)
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[BatchItem]:
+        body = BatchScoreRequest(requests=list(requests)).model_dump(mode="json", exclude_none=True)
+        return _parse(BatchScoreResponse, self._request("POST", "/score/batch", body)).results
+
+    def health(self) -> HealthResponse:
+        response = self._http.get("/health")
+        return _parse(HealthResponse, response)
+
+    def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
+        """Poll /health until the server says ok; raise RewardUnavailable after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                health = self.health()
+                if health.status == "ok":
+                    return health
+                if health.status == "failed":
+                    raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
+                last = health.status
+            except (httpx.TransportError, RewardServerError) as exc:
+                last = f"{type(exc).__name__}"
+            time.sleep(poll_s)
+        raise RewardUnavailable(f"reward server at {self.base_url} not ready after {timeout_s:g} s (last: {last})")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RewardClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncRewardClient(_Base):
+    """asyncio client with the same behaviour as RewardClient."""
+
+    def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
+        super().__init__(base_url, policy, api_key)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=self._timeout(), headers=self.headers)
+
+    async def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        attempts = _Attempts(self, path)
+        while True:
+            self.attempts += 1
+            try:
+                response = await self._http.request(method, path, json=body)
+                if _final(response):
+                    return response
+                pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
+            except httpx.TransportError as exc:
+                pause = attempts.failed(None, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(pause)
+
+    async def score(self, request: ScoreRequest) -> ScoreResponse:
+        response = await self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
+        return _parse(ScoreResponse, response)
+
+    async def score_batch(self, requests: Sequence[ScoreRequest]) -> list[BatchItem]:
+        body = BatchScoreRequest(requests=list(requests)).model_dump(mode="json", exclude_none=True)
+        return _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body)).results
+
+    async def health(self) -> HealthResponse:
+        return _parse(HealthResponse, await self._http.get("/health"))
+
+    async def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                health = await self.health()
+                if health.status == "ok":
+                    return health
+                if health.status == "failed":
+                    raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
+                last = health.status
+            except (httpx.TransportError, RewardServerError) as exc:
+                last = f"{type(exc).__name__}"
+            await asyncio.sleep(poll_s)
+        raise RewardUnavailable(f"reward server at {self.base_url} not ready after {timeout_s:g} s (last: {last})")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

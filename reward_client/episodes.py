@@ -1,0 +1,121 @@
+"""Per-env episode frame buffers whose memory does not grow with the episode.
+
+An episode's length is unknown until it ends (success can come at any step), yet the judge
+wants frames spread evenly over all of it, the last one included (success shows at the end).
+Each env keeps every `stride`-th frame in preallocated slots; when the slots fill up, every
+other kept frame is dropped and the stride doubles. With n frames wanted, at most 2n frames
+are held per env (2n - 1 strided plus the latest), whatever the episode length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def even_count(nframes: int) -> int:
+    """Qwen2.5-VL takes frames in pairs: the count a server will use for this request."""
+    return max(2, nframes + nframes % 2)
+
+
+class EpisodeBuffer:
+    def __init__(self, nframes: int, frame_shape: tuple[int, int, int]):
+        self.nframes = even_count(nframes)
+        self.capacity = 2 * self.nframes - 1
+        self._slots = np.empty((self.capacity + 1, *frame_shape), dtype=np.uint8)  # last slot: latest frame
+        self._latest = self.capacity
+        self.clear()
+
+    def clear(self) -> None:
+        self.length = 0  # frames seen in this episode
+        self.stride = 1
+        self._kept: list[tuple[int, int]] = []  # (step, slot), in step order
+        self._free = list(range(self.capacity))
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        return self._slots.shape[1:]
+
+    @property
+    def nbytes(self) -> int:
+        return self._slots.nbytes
+
+    def append(self, frame: np.ndarray) -> None:
+        step = self.length
+        self.length += 1
+        self._slots[self._latest] = frame
+        if step % self.stride:
+            return
+        if not self._free:
+            dropped = self._kept[1::2]
+            self._kept = self._kept[::2]
+            self._free.extend(slot for _, slot in dropped)
+            self.stride *= 2
+            if step % self.stride:
+                return
+        slot = self._free.pop()
+        self._slots[slot] = frame
+        self._kept.append((step, slot))
+
+    def _chosen(self) -> list[tuple[int, int]]:
+        if self.length == 0:
+            raise ValueError("no frames were recorded in this episode")
+        last = self.length - 1
+        candidates = list(self._kept)
+        if candidates[-1][0] != last:
+            candidates.append((last, self._latest))
+        if len(candidates) <= self.nframes:
+            return candidates
+        steps = np.array([step for step, _ in candidates])
+        picks = {int(np.abs(steps - t).argmin()) for t in np.linspace(0, last, self.nframes)}
+        return [candidates[i] for i in sorted(picks)]
+
+    def frames(self) -> np.ndarray:
+        """Up to `nframes` frames spread evenly over the episode, first and last included (a copy)."""
+        return self._slots[[slot for _, slot in self._chosen()]].copy()
+
+    def steps(self) -> list[int]:
+        """The episode steps that `frames()` returns (for logs and tests)."""
+        return [step for step, _ in self._chosen()]
+
+
+class EpisodeBuffers:
+    """One EpisodeBuffer per env, created on the first frame (the frame size is known then)."""
+
+    def __init__(self, num_envs: int, nframes: int):
+        self.num_envs = num_envs
+        self.nframes = nframes
+        self._buffers: list[EpisodeBuffer | None] = [None] * num_envs
+
+    def _buffer(self, env: int, frame: np.ndarray) -> EpisodeBuffer:
+        buf = self._buffers[env]
+        if buf is None or buf.frame_shape != frame.shape:
+            buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape)
+        return buf
+
+    def start(self, env_ids: Sequence[int], first_frames: np.ndarray) -> None:
+        """New episodes for env_ids; first_frames[i] is env_ids[i]'s first observation."""
+        for env, frame in zip(env_ids, first_frames, strict=True):
+            buf = self._buffer(int(env), frame)
+            buf.clear()
+            buf.append(frame)
+
+    def append(self, frames: np.ndarray, active: np.ndarray) -> None:
+        """Add this step's frame [num_envs, H, W, 3] for every env whose episode is still running."""
+        for env in np.flatnonzero(active):
+            self._buffer(int(env), frames[env]).append(frames[env])
+
+    def frames(self, env: int) -> np.ndarray:
+        buf = self._buffers[env]
+        if buf is None:
+            raise ValueError(f"env {env} has recorded no frames")
+        return buf.frames()
+
+    def length(self, env: int) -> int:
+        buf = self._buffers[env]
+        return 0 if buf is None else buf.length
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers if b is not None)
