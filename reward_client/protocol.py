@@ -73,6 +73,16 @@ class InlineFrames(BaseModel):
             raise ValueError(f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}")
         return self
 
+    @classmethod
+    def from_array(cls, frames) -> InlineFrames:
+        """Inline frames from a uint8 array [T, H, W, 3] (numpy, or anything numpy can read)."""
+        import numpy as np
+
+        arr = np.ascontiguousarray(frames, dtype=np.uint8)
+        if arr.ndim != 4:
+            raise ValueError(f"frames must be [T, H, W, 3], got shape {list(arr.shape)}")
+        return cls(shape=arr.shape, data_b64=base64.b64encode(arr.tobytes()).decode())
+
     def decode(self) -> bytes:
         try:
             raw = base64.b64decode(self.data_b64, validate=True)

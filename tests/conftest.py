@@ -6,13 +6,13 @@ of the session, whatever happens.
 
 from __future__ import annotations
 
-import base64
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from reward_client.protocol import InlineFrames
 from reward_server.launch import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def episode_frames(steps: int = 24, size: int = 64, seed: int = 0) -> np.ndarray
 
 
 def inline(frames: np.ndarray) -> dict:
-    return {"shape": list(frames.shape), "data_b64": base64.b64encode(np.ascontiguousarray(frames).tobytes()).decode()}
+    return InlineFrames.from_array(frames).model_dump(mode="json")
 
 
 def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_dir: Path) -> ServerProcess:

@@ -1,0 +1,254 @@
+"""The VLM reward inside RLinf's LIBERO env (called by the patched `libero_env.py`).
+
+RLinf computes `reward = step_penalty + reward_coef * termination` (and, under
+`use_rel_reward`, the difference to the previous step). The patch hands `_calc_step_reward`
+the value of this hook instead of the termination flags: 0 until an env's episode first ends,
+then the judge's score (or its binary threshold) for the rest of the episode. RLinf's own
+arithmetic then gives `reward_coef * score` once, at the first done step, under
+`use_rel_reward`; envs that keep stepping after done are not scored again.
+
+All envs that end in the same step are judged in one batch request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from reward_client.client import RetryPolicy, RewardClient, RewardClientError
+from reward_client.episodes import EpisodeBuffers
+from reward_client.protocol import BackendKwargs, InlineFrames, ScoreMode, ScoreRequest
+
+logger = logging.getLogger(__name__)
+
+
+class RewardModelConfig(BaseModel):
+    """`env.train.reward_model` in an RLinf run config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enable: bool = False
+    url: str = "http://127.0.0.1:18080"
+    backend: str | None = Field(None, description="checked by the server when given")
+    nframes: int = Field(16, ge=1, le=256)
+    max_pixels: int = 256 * 28 * 28
+    score_mode: ScoreMode | None = None
+    transport: Literal["inline", "video_path"] = Field(
+        "inline", description="inline raw frames, or an MP4 in video_dir (a filesystem the server also sees)"
+    )
+    video_dir: str | None = Field(None, description="for transport video_path; default: <tmp>/rlinf_vlm_episodes")
+    keep_videos: bool = False
+    binary_reward: bool = False
+    success_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    score_on_truncation: bool = True
+    fail_on_request_error: bool = True
+    fallback: Literal["zero", "env_success"] = Field(
+        "zero", description="reward value when no score can be had and fail_on_request_error is False"
+    )
+    timeout_s: float = Field(300.0, gt=0)
+    deadline_s: float = Field(900.0, gt=0)
+    wait_ready_s: float = Field(600.0, ge=0)
+    api_key: str | None = None
+
+
+class VLMRewardHook:
+    def __init__(
+        self,
+        config: RewardModelConfig,
+        num_envs: int,
+        ignore_terminations: bool = False,
+        client: RewardClient | None = None,
+    ):
+        self.config = config
+        self.num_envs = num_envs
+        self.ignore_terminations = ignore_terminations
+        self.buffers = EpisodeBuffers(num_envs, config.nframes)
+        self.client = client or RewardClient(
+            config.url,
+            RetryPolicy(deadline_s=config.deadline_s, timeout_s=config.timeout_s),
+            api_key=config.api_key,
+        )
+        self.judged = np.zeros(num_envs, dtype=bool)
+        self.values = np.zeros(num_envs, dtype=np.float64)
+        self.scores = np.zeros(num_envs, dtype=np.float64)
+        self.fallback = np.zeros(num_envs, dtype=np.float64)
+        self.latency_ms = np.zeros(num_envs, dtype=np.float64)
+        self.counts = {
+            "episodes": 0,
+            "scored": 0,
+            "fallbacks": 0,
+            "parse_failures": 0,
+            "request_errors": 0,
+            "batches": 0,
+        }
+        self._video_dir = config.video_dir or os.path.join(tempfile.gettempdir(), "rlinf_vlm_episodes")
+        if config.transport == "video_path":
+            os.makedirs(self._video_dir, exist_ok=True)
+        self._wait_for_server()
+
+    @classmethod
+    def from_rlinf_config(cls, cfg: Any, num_envs: int) -> VLMRewardHook:
+        """Build from RLinf's env config (an OmegaConf node holding `reward_model`)."""
+        raw = cfg.reward_model
+        try:
+            from omegaconf import OmegaConf
+
+            raw = OmegaConf.to_container(raw, resolve=True)
+        except ImportError:
+            raw = dict(raw)
+        return cls(RewardModelConfig.model_validate(raw), num_envs, ignore_terminations=bool(cfg.ignore_terminations))
+
+    def _wait_for_server(self) -> None:
+        if self.config.wait_ready_s <= 0:
+            return
+        try:
+            health = self.client.wait_until_ready(self.config.wait_ready_s)
+            logger.info("VLM reward server ready: %s (%s on %s)", self.config.url, health.backend, health.engine)
+        except RewardClientError as exc:
+            if self.config.fail_on_request_error:
+                raise RuntimeError(
+                    f"VLM reward: {exc}. Start the reward server first (python -m reward_server ...), or set "
+                    "env.train.reward_model.fail_on_request_error: False to train on the counted fallback"
+                ) from exc
+            logger.warning(
+                "VLM reward server not ready (%s); episodes will use the '%s' fallback until it is",
+                exc,
+                self.config.fallback,
+            )
+
+    # --- called by the patched LiberoEnv -------------------------------------------------
+
+    def on_reset(self, env_idx: Any, main_images: Any) -> None:
+        """Episodes start for env_idx; main_images holds all envs' current frames."""
+        ids = np.arange(self.num_envs) if env_idx is None else np.atleast_1d(np.asarray(env_idx, dtype=np.int64))
+        frames = np.asarray(main_images)
+        self.buffers.start(ids, frames[ids])
+        for arr in (self.values, self.scores, self.fallback, self.latency_ms):
+            arr[ids] = 0.0
+        self.judged[ids] = False
+
+    def on_step(
+        self, main_images: Any, task_descriptions: Sequence[str], terminations: Any, truncations: Any
+    ) -> np.ndarray:
+        """Record this step's frames, judge episodes that just ended; returns the per-env value
+        that replaces the termination flags in RLinf's reward."""
+        terminations = np.asarray(terminations, dtype=bool)
+        truncations = np.asarray(truncations, dtype=bool)
+        running = ~self.judged
+        self.buffers.append(np.asarray(main_images), running)
+        if self.ignore_terminations:
+            ended = truncations
+        elif self.config.score_on_truncation:
+            ended = terminations | truncations
+        else:
+            ended = terminations
+        new = np.flatnonzero(ended & running)
+        if len(new):
+            self._judge(new, task_descriptions, terminations)
+        return self.values.copy()
+
+    def episode_info(self) -> dict[str, np.ndarray]:
+        """Per-episode values for `infos["episode"]` (RLinf logs them as env/<key>)."""
+        return {
+            "vlm_score": self.scores.copy(),
+            "vlm_fallback": self.fallback.copy(),
+            "vlm_latency_ms": self.latency_ms.copy(),
+        }
+
+    # --- judging ------------------------------------------------------------------------------
+
+    def _request(self, env: int, task: str) -> tuple[ScoreRequest, str | None]:
+        frames = self.buffers.frames(env)
+        common = dict(
+            task_text=task,
+            nframes=self.config.nframes,
+            max_pixels=self.config.max_pixels,
+            backend=self.config.backend,
+            backend_kwargs=BackendKwargs(score_mode=self.config.score_mode),
+        )
+        if self.config.transport == "video_path":
+            from reward_client.video_io import write_mp4
+
+            path = os.path.join(self._video_dir, f"{uuid.uuid4().hex}_env{env}.mp4")
+            write_mp4(frames, path)
+            return ScoreRequest(video_path=path, **common), path
+        return ScoreRequest(frames=InlineFrames.from_array(frames), **common), None
+
+    def _judge(self, envs: np.ndarray, tasks: Sequence[str], terminations: np.ndarray) -> None:
+        started = time.perf_counter()
+        requests, paths = zip(*(self._request(int(e), str(tasks[e])) for e in envs), strict=True)
+        self.counts["episodes"] += len(envs)
+        self.counts["batches"] += 1
+        try:
+            items = self.client.score_batch(list(requests))
+        except RewardClientError as exc:
+            self.counts["request_errors"] += 1
+            if self.config.fail_on_request_error:
+                raise RuntimeError(
+                    f"VLM reward request for {len(envs)} episodes failed: {exc}. Set "
+                    f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' "
+                    "fallback instead (counted in env/vlm_fallback)"
+                ) from exc
+            logger.warning(
+                "VLM reward request failed (%s); %d episodes use the '%s' fallback",
+                exc,
+                len(envs),
+                self.config.fallback,
+            )
+            items = [None] * len(envs)
+        finally:
+            self._cleanup(paths)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        for env, item in zip(envs, items, strict=True):
+            score = item.response.score if item is not None and item.response is not None else None
+            if score is None:
+                reason = (
+                    "request failed"
+                    if item is None
+                    else f"{item.error.type}: {item.error.message}"
+                    if item.error is not None
+                    else f"parse {item.response.parse_status.value}: {item.response.parse_error}"
+                )
+                if item is not None and item.response is not None:
+                    self.counts["parse_failures"] += 1
+                self._fall_back(int(env), bool(terminations[env]), reason)
+            else:
+                self.scores[env] = score
+                self.values[env] = self._value(score)
+                self.counts["scored"] += 1
+            self.latency_ms[env] = elapsed_ms
+            self.judged[env] = True
+        logger.info("VLM reward: judged %d episodes in %.0f ms (totals %s)", len(envs), elapsed_ms, self.counts)
+
+    def _value(self, score: float) -> float:
+        if self.config.binary_reward:
+            return 1.0 if score >= self.config.success_threshold else 0.0
+        return float(score)
+
+    def _fall_back(self, env: int, env_success: bool, reason: str) -> None:
+        value = float(env_success) if self.config.fallback == "env_success" else 0.0
+        self.values[env] = value
+        self.scores[env] = 0.0
+        self.fallback[env] = 1.0
+        self.counts["fallbacks"] += 1
+        logger.warning(
+            "VLM reward: env %d has no score (%s); fallback '%s' = %g", env, reason, self.config.fallback, value
+        )
+
+    def _cleanup(self, paths: Sequence[str | None]) -> None:
+        if self.config.keep_videos:
+            return
+        for path in paths:
+            if path:
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A separate Python environment with the real LIBERO-10 simulator and RLinf 0.3.0, rendering
+# on CPU through Mesa: for the end-to-end tests of the patched env (the simulator stack pins
+# numpy<2; the reward server's stack uses numpy 2, so the two live in different environments
+# and talk over HTTP, as in real runs).
+#
+#   bash scripts/setup_libero_env.sh [VENV_DIR]     default: ~/.cache/reward_server/libero-venv
+#
+# Prints the environment variables the simulator needs. Safe to run again.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${1:-${LIBERO_VENV:-$HOME/.cache/reward_server/libero-venv}}
+ASSET_TOOL=${LIBERO_ASSET_TOOL:-$ROOT/../shared/libero/fetch_assets.py}
+log() { echo "[setup_libero_env] $*" >&2; }
+
+if ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing Mesa (software OpenGL)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      libosmesa6 libgl1 libegl1 libegl-mesa0 libglx-mesa0 >/dev/null
+  else
+    log "Mesa's libOSMesa is missing and cannot be installed here (needs apt-get as root)"; exit 1
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+if ! "$PY" -c "import rlinf, libero, robosuite, mujoco, reward_client" 2>/dev/null; then
+  log "installing the simulator stack (a few minutes)"
+  "$PY" -m pip install -q --upgrade pip
+  # pinned: an unpinned robosuite 1.4.0 pulls mujoco and numpy releases it cannot run with
+  "$PY" -m pip install -q torch==2.13.0 "numpy<2" mujoco==3.3.7 robosuite==1.4.0 bddl==1.0.1 future \
+      "opencv-python<4.12" gym==0.26.2 omegaconf hydra-core easydict termcolor matplotlib h5py imageio ray
+  "$PY" -m pip install -q --no-deps rlinf-libero==0.1.3 rlinf==0.3.0
+  "$PY" -m pip install -q -e "$ROOT[mp4]"
+fi
+
+LIBERO_PKG=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('libero').submodule_search_locations[0], 'libero'))")
+if [ -f "$ASSET_TOOL" ]; then
+  "$PY" "$ASSET_TOOL" "$LIBERO_PKG/assets" >&2
+elif [ ! -d "$LIBERO_PKG/assets" ]; then
+  log "no LIBERO assets and no asset tool at $ASSET_TOOL (set LIBERO_ASSET_TOOL)"; exit 1
+fi
+
+# LIBERO asks interactively for its config on first import (EOFError without a terminal).
+CONFIG_DIR="$VENV/libero_config"
+mkdir -p "$CONFIG_DIR"
+cat > "$CONFIG_DIR/config.yaml" <<YAML
+benchmark_root: $LIBERO_PKG
+bddl_files: $LIBERO_PKG/bddl_files
+init_states: $LIBERO_PKG/init_files
+datasets: $LIBERO_PKG/../datasets
+assets: $LIBERO_PKG/assets
+YAML
+
+cat <<ENV
+LIBERO_PYTHON=$PY
+LIBERO_CONFIG_PATH=$CONFIG_DIR
+TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+MUJOCO_GL=egl
+PYOPENGL_PLATFORM=egl
+ENV
+log "ready: $PY"

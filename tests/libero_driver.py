@@ -1,0 +1,233 @@
+"""Drives RLinf's real (patched) LiberoEnv inside the simulator's own Python environment.
+
+Run by tests/test_rlinf_integration.py with the LIBERO environment's interpreter (the
+simulator stack pins numpy<2, the reward server's does not); prints one JSON object.
+
+    python tests/libero_driver.py SCENARIO --rlinf-dir DIR --config-dir DIR --out FILE [--url URL] ...
+
+Scenarios:
+  sim    real LIBERO-10 simulation, 2 envs on task 0, short episodes through chunk_step;
+         env 0 succeeds (its simulator state is set to the goal), env 1 truncates.
+  many   64 envs whose simulator is a scripted stand-in (64 real LIBERO envs need ~170 GB
+         here); every env ends in the same step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+import numpy as np
+
+
+def compose_env_config(config_dir: str, run: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    os.environ.setdefault("EMBODIED_PATH", os.path.dirname(config_dir))
+    with initialize_config_dir(config_dir=config_dir, version_base="1.1"):
+        cfg = compose(config_name=f"libero_10_grpo_openvlaoft_{run}", overrides=overrides)
+    return cfg.env.train
+
+
+def reward_overrides(args, task0: bool) -> list[str]:
+    rm = "env.train.reward_model"
+    out = [
+        "env.train.group_size=1",
+        f"env.train.max_episode_steps={args.max_steps}",
+        f"{rm}.enable={args.reward}",
+        f"{rm}.url={args.url}",
+        f"{rm}.fail_on_request_error={args.fail_on_request_error}",
+        f"{rm}.fallback={args.fallback}",
+        f"{rm}.wait_ready_s={args.wait_ready_s}",
+        f"{rm}.deadline_s={args.deadline_s}",
+        f"{rm}.timeout_s={min(args.deadline_s, 300)}",
+    ]
+    if task0:
+        out.append("+env.train.task_id_filter=[0]")
+    if args.score_mode:
+        out.append(f"{rm}.score_mode={args.score_mode}")
+    if args.video_dir:
+        out += [f"{rm}.transport=video_path", f"+{rm}.video_dir={args.video_dir}", f"+{rm}.keep_videos=True"]
+    return out
+
+
+# --- the real simulator -------------------------------------------------------------------
+
+
+def goal_state(env, env_id: int) -> np.ndarray:
+    """Env env_id's simulator state with both task-0 objects moved into the basket."""
+    from libero.libero.envs import OffScreenRenderEnv
+
+    params = env.get_env_fn_params([env_id])[0]
+    params.pop("seed")
+    params.update(camera_heights=64, camera_widths=64)
+    mirror = OffScreenRenderEnv(**params)
+    mirror.reset()
+    state = np.array(env.env.get_sim_state()[env_id], dtype=np.float64)
+    mirror.set_init_state(state)
+    sim = mirror.sim
+    basket = next(n for n in sim.model.body_names if n.startswith("basket_1"))
+    target = np.array(sim.data.body_xpos[sim.model.body_name2id(basket)])
+    for obj, dx in (("alphabet_soup_1", -0.025), ("tomato_sauce_1", 0.025)):
+        start, _ = sim.model.get_joint_qpos_addr(f"{obj}_joint0")
+        state[1 + start : 1 + start + 3] = target + np.array([dx, 0.0, 0.04])
+    mirror.close()
+    return state
+
+
+def run_sim(args) -> dict:
+    from rlinf.envs.libero.libero_env import LiberoEnv
+
+    cfg = compose_env_config(args.config_dir, args.run, reward_overrides(args, task0=True))
+    env = LiberoEnv(cfg, num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
+    obs, _ = env.reset()
+    frames = [np.asarray(obs["main_images"]).copy()]
+    rewards, terminations, truncations = [], [], []
+    chunk = 4
+    infos = None
+    for k in range(args.max_steps // chunk):
+        if k == args.goal_chunk:
+            env.env.set_init_state(init_state=[goal_state(env, 0)], id=[0])
+        actions = np.zeros((2, chunk, 7))
+        actions[1, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)  # env 1 moves its arm, never succeeds
+        obs_list, chunk_rewards, chunk_terms, chunk_truncs, infos_list = env.chunk_step(actions)
+        for o in obs_list:
+            frames.append(np.asarray(o["main_images"]).copy())
+        rewards.append(np.asarray(chunk_rewards))
+        terminations.append(np.asarray(chunk_terms))
+        truncations.append(np.asarray(chunk_truncs))
+        infos = infos_list[-1]
+    result = {
+        "rewards": np.concatenate(rewards, axis=1).tolist(),
+        "terminations": np.concatenate(terminations, axis=1).astype(int).tolist(),
+        "truncations": np.concatenate(truncations, axis=1).astype(int).tolist(),
+        "episode": {k: np.asarray(v).tolist() for k, v in infos["episode"].items()},
+        "task_descriptions": list(env.task_descriptions),
+        "reward_coef": float(cfg.reward_coef),
+        "patched": hasattr(env, "vlm_reward"),
+    }
+    if getattr(env, "vlm_reward", None) is not None:
+        hook = env.vlm_reward
+        result["counts"] = hook.counts
+        result["sent_steps"] = [hook.buffers._buffers[e].steps() for e in range(2)]
+    np.save(args.out + ".frames.npy", np.stack(frames, axis=1))  # [env, step, H, W, 3]
+    env.env.close()
+    return result
+
+
+# --- 64 envs on a scripted stand-in simulator --------------------------------------------
+
+
+class ScriptedVectorEnv:
+    """Stands in for RLinf's ReconfigureSubprocEnv of real LIBERO envs, which cannot run 64 at
+    once here: observations are small synthetic frames, and every env ends at the step the
+    LiberoEnv's max_episode_steps truncates it; envs in `succeed` report success then."""
+
+    def __init__(self, num_envs: int, succeed: set[int], success_step: int, size: int = 32):
+        self.num_envs, self.succeed, self.success_step, self.size = num_envs, succeed, success_step, size
+        self.t = np.zeros(num_envs, dtype=int)
+        self.step_calls = 0
+
+    def _obs(self, i: int) -> dict:
+        img = np.full((self.size, self.size, 3), (i * 3) % 256, dtype=np.uint8)
+        img[:, : min(self.size, 4 + 4 * self.t[i])] = 200  # a bar that grows over the episode
+        return {
+            "agentview_image": img,
+            "robot0_eye_in_hand_image": img,
+            "robot0_eef_pos": np.zeros(3),
+            "robot0_eef_quat": np.array([0.0, 0.0, 0.0, 1.0]),
+            "robot0_gripper_qpos": np.zeros(2),
+        }
+
+    def _ids(self, id):
+        return list(range(self.num_envs)) if id is None else [int(i) for i in np.atleast_1d(id)]
+
+    def reconfigure_env_fns(self, env_fns, id=None):
+        pass
+
+    def seed(self, seed=None):
+        pass
+
+    def reset(self, id=None):
+        for i in self._ids(id):
+            self.t[i] = 0
+        return [self._obs(i) for i in self._ids(id)]
+
+    def set_init_state(self, init_state=None, id=None):
+        return [self._obs(i) for i in self._ids(id)]
+
+    def step(self, actions, id=None):
+        ids = self._ids(id)
+        if id is None:
+            self.step_calls += 1
+            self.t[ids] += 1
+        done = np.array([self.step_calls >= self.success_step and i in self.succeed for i in ids])
+        return [self._obs(i) for i in ids], np.zeros(len(ids)), done, [{} for _ in ids]
+
+    def close(self):
+        pass
+
+
+def run_many(args) -> dict:
+    from rlinf.envs.libero.libero_env import LiberoEnv
+
+    num_envs = 64
+    succeed = set(range(0, num_envs, 2))
+
+    class StandInLiberoEnv(LiberoEnv):
+        def _init_env(self):
+            self.env = ScriptedVectorEnv(num_envs, succeed, success_step=args.max_steps)
+
+    cfg = compose_env_config(args.config_dir, args.run, reward_overrides(args, task0=False))
+    env = StandInLiberoEnv(cfg, num_envs=num_envs, seed_offset=0, total_num_processes=1, worker_info=None)
+    env.reset()
+    rewards, error = [], None
+    try:
+        for _ in range(args.max_steps):
+            _, reward, _, _, infos = env.step(np.zeros((num_envs, 7)), auto_reset=False)
+            rewards.append(np.asarray(reward))
+    except RuntimeError as exc:
+        error = str(exc)
+    hook = env.vlm_reward
+    return {
+        "error": error,
+        "rewards": np.stack(rewards, axis=1).tolist() if rewards else [],
+        "succeeded": sorted(succeed),
+        "counts": hook.counts,
+        "client_attempts": hook.client.attempts,
+        "episode": {k: np.asarray(v).tolist() for k, v in infos["episode"].items()} if error is None else None,
+        "reward_coef": float(cfg.reward_coef),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["sim", "many"])
+    parser.add_argument("--rlinf-dir", required=True, help="RLinf source tree to import (patched or not)")
+    parser.add_argument("--config-dir", required=True)
+    parser.add_argument("--run", default="runB_qwen")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--url", default="http://127.0.0.1:18080")
+    parser.add_argument("--reward", default="True")
+    parser.add_argument("--video-dir", default=None)
+    parser.add_argument("--max-steps", type=int, default=24)
+    parser.add_argument("--goal-chunk", type=int, default=2)
+    parser.add_argument("--fail-on-request-error", default="True")
+    parser.add_argument("--fallback", default="zero")
+    parser.add_argument("--score-mode", default=None)
+    parser.add_argument("--wait-ready-s", type=float, default=60)
+    parser.add_argument("--deadline-s", type=float, default=600)
+    args = parser.parse_args()
+    # the checkout shadows any installed rlinf, as run_embodiment.sh's PYTHONPATH does
+    sys.path.insert(0, args.rlinf_dir)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    result = run_sim(args) if args.scenario == "sim" else run_many(args)
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

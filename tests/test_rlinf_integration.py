@@ -1,0 +1,353 @@
+"""RLinf v0.3 integration: the patch, the run configs, and the patched LiberoEnv end to end.
+
+The LiberoEnv runs in the simulator's own Python environment (scripts/setup_libero_env.sh;
+it pins numpy<2) and talks to a real reward server (vllm engine, tiny checkpoint) over HTTP,
+as in a real run. RLinf's v0.3 source is the rlinf==0.3.0 wheel; its config groups come from
+the reference copy next to this repository (shared/rlinf_v0.3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from reward_server.video import decode_video
+
+REPO = Path(__file__).resolve().parents[1]
+APPLY = REPO / "scripts" / "apply_rlinf_patches.sh"
+DRIVER = REPO / "tests" / "libero_driver.py"
+SHARED_CONFIGS = Path(
+    os.environ.get("RLINF_V03_CONFIGS", REPO.parent / "shared" / "rlinf_v0.3" / "examples" / "embodiment" / "config")
+)
+CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
+LIBERO_VENV = Path(os.environ.get("LIBERO_VENV", CACHE / "libero-venv"))
+RUNS = ("runA", "runB_qwen", "runC_primo")
+
+
+def _rlinf_wheel() -> Path:
+    cached = sorted(CACHE.glob("rlinf-0.3.0-*.whl"))
+    if cached:
+        return cached[0]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "rlinf==0.3.0", "-d", str(CACHE)], check=True
+    )
+    return sorted(CACHE.glob("rlinf-0.3.0-*.whl"))[0]
+
+
+def _unpack(dest: Path) -> Path:
+    with zipfile.ZipFile(_rlinf_wheel()) as wheel:
+        for name in wheel.namelist():
+            if name.startswith("rlinf/"):
+                wheel.extract(name, dest)
+    return dest
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(APPLY), *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def rlinf_trees(tmp_path_factory) -> dict[str, Path]:
+    """The wheel's source twice: as released, and patched with the run configs installed
+    next to RLinf's v0.3 config groups."""
+    if not SHARED_CONFIGS.is_dir():
+        pytest.fail(f"RLinf v0.3 config groups not found at {SHARED_CONFIGS} (set RLINF_V03_CONFIGS)")
+    original = _unpack(tmp_path_factory.mktemp("rlinf_original"))
+    patched = _unpack(tmp_path_factory.mktemp("rlinf_patched"))
+    shutil.copytree(SHARED_CONFIGS, patched / "examples" / "embodiment" / "config")
+    assert _run(str(patched)).returncode == 0
+    return {"original": original, "patched": patched, "config": patched / "examples" / "embodiment" / "config"}
+
+
+# --- the patch and the configs ----------------------------------------------------------------
+
+
+def test_patch_applies_checks_is_idempotent_and_reverts(tmp_path):
+    tree = _unpack(tmp_path / "rlinf")
+    target = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
+    pristine = target.read_text()
+    assert _run(str(tree), "--check").returncode == 1
+
+    first = _run(str(tree))
+    assert first.returncode == 0, first.stderr
+    assert "applied to" in first.stdout
+    patched = target.read_text()
+    py_compile.compile(str(target), doraise=True)
+    assert "reward_client.rlinf_hook" in patched and patched != pristine
+    for run in RUNS:
+        assert (tree / "examples" / "embodiment" / "config" / f"libero_10_grpo_openvlaoft_{run}.yaml").is_file()
+
+    second = _run(str(tree))
+    assert second.returncode == 0 and "already applied" in second.stdout
+    assert target.read_text() == patched  # a second apply changes nothing
+    check = _run(str(tree), "--check")
+    assert check.returncode == 0 and "patch: applied" in check.stdout
+
+    revert = _run(str(tree), "--revert")
+    assert revert.returncode == 0, revert.stderr
+    assert target.read_text() == pristine
+    assert not list((tree / "examples" / "embodiment" / "config").glob("*_run*.yaml"))
+    assert _run(str(tree), "--check").returncode == 1
+
+
+def test_patch_is_minimal():
+    diff = (REPO / "rlinf_patches" / "libero_env.patch").read_text()
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert len(removed) == 1 and "self._calc_step_reward(terminations)" in removed[0]
+    assert len(added) <= 25
+    assert re.findall(r"^\+\+\+ b/(.*)$", diff, re.M) == ["rlinf/envs/libero/libero_env.py"]
+
+
+def test_apply_refuses_a_directory_that_is_not_rlinf(tmp_path):
+    result = _run(str(tmp_path))
+    assert result.returncode == 1 and "is it an RLinf v0.3 checkout" in result.stderr
+
+
+def _compose(config_dir: Path, run: str) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    os.environ["EMBODIED_PATH"] = str(config_dir.parent)
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
+        cfg = compose(config_name=f"libero_10_grpo_openvlaoft_{run}")
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def test_run_configs_compose_and_differ_only_in_reward(rlinf_trees):
+    from omegaconf import OmegaConf
+
+    flat = {run: _flatten(_compose(rlinf_trees["config"], run)) for run in RUNS}
+    for run in RUNS[1:]:
+        differing = {k for k in flat["runA"].keys() | flat[run].keys() if flat["runA"].get(k) != flat[run].get(k)}
+        assert differing <= {
+            "env.train.reward_model.enable",
+            "env.train.reward_model.backend",
+            "runner.logger.experiment_name",
+        }, differing
+    assert flat["runA"]["env.train.reward_model.enable"] is False
+    assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
+    assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
+    for run in RUNS:
+        assert not any(k.startswith("env.eval.reward_model") for k in flat[run])  # eval: native success
+        assert flat[run]["cluster.component_placement.actor,env,rollout"] == "0-5"
+    os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
+    resolved = OmegaConf.create(_compose(rlinf_trees["config"], "runB_qwen"))
+    assert resolved.env.train.group_size == resolved.algorithm.group_size == 8
+
+
+# --- the patched LiberoEnv in the simulator's environment ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def libero_python() -> str:
+    python = LIBERO_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(
+            f"no LIBERO simulator environment at {LIBERO_VENV}: run `bash scripts/setup_libero_env.sh` "
+            "(the README's test command does), or deselect with -m 'not libero'"
+        )
+    return str(python)
+
+
+def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Path, *flags: str) -> dict:
+    env = {
+        **os.environ,
+        "LIBERO_CONFIG_PATH": str(LIBERO_VENV / "libero_config"),
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+        "MUJOCO_GL": "egl",
+        "PYOPENGL_PLATFORM": "egl",
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [
+        libero_python,
+        str(DRIVER),
+        scenario,
+        "--rlinf-dir",
+        str(tree),
+        "--config-dir",
+        str(config),
+        "--out",
+        str(out),
+        *flags,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    result["log"] = proc.stderr
+    return result
+
+
+def _metric(server, route: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
+    match = re.search(pattern, text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.mark.engine
+@pytest.mark.libero
+def test_real_simulator_episodes_are_judged_once_with_their_own_frames(
+    libero_python, rlinf_trees, vllm_server, video_dir, tmp_path
+):
+    episodes_dir = video_dir / "libero"
+    episodes_dir.mkdir(exist_ok=True)
+    out = tmp_path / "sim.json"
+    r = _driver(
+        libero_python,
+        "sim",
+        rlinf_trees["patched"],
+        rlinf_trees["config"],
+        out,
+        "--url",
+        vllm_server.url,
+        "--video-dir",
+        str(episodes_dir),
+        "--max-steps",
+        "24",
+        "--goal-chunk",
+        "2",
+        "--score-mode",
+        "logprob",  # random weights write no parsable number; P(yes) is always a score
+    )
+    rewards, terms, truncs = (np.array(r[k]) for k in ("rewards", "terminations", "truncations"))
+    coef, scores = r["reward_coef"], np.array(r["episode"]["vlm_score"])
+    assert r["patched"] and r["counts"]["episodes"] == 2 and r["counts"]["fallbacks"] == 0
+    assert np.all((scores >= 0) & (scores <= 1))
+
+    # env 0 reached the goal state: judged at its first done step, and only there
+    first_done = int(np.flatnonzero(terms[0])[0])
+    assert 8 <= first_done <= 11, terms[0]
+    assert rewards[0, first_done] == pytest.approx(coef * scores[0])
+    assert np.count_nonzero(rewards[0]) <= 1 and rewards[0].sum() == pytest.approx(coef * scores[0])
+    # env 1 never succeeded: judged when truncated at the last step
+    assert not terms[1].any() and truncs[1, -1]
+    assert rewards[1, -1] == pytest.approx(coef * scores[1]) and rewards[1].sum() == pytest.approx(coef * scores[1])
+    assert r["episode"]["success_once"] == [True, False]  # ground truth stays RLinf's
+    assert np.array(r["episode"]["vlm_fallback"]).tolist() == [0.0, 0.0]
+
+    # what the server read are the env's frames: count, shape, order, and they change
+    env_frames = np.load(str(out) + ".frames.npy")  # [env, step, 256, 256, 3]
+    videos = sorted(episodes_dir.glob("*_env*.mp4"), key=lambda p: p.name.endswith("env1.mp4"))
+    assert [p.name[-8:] for p in videos] == ["env0.mp4", "env1.mp4"]
+    for env_id, path in enumerate(videos):
+        sent = np.stack(decode_video(path))
+        steps = r["sent_steps"][env_id]
+        assert sent.shape == (len(steps), 256, 256, 3)
+        assert steps[0] == 0 and len(steps) == min(16, steps[-1] + 1)
+        expected = env_frames[env_id, steps]
+        assert np.abs(sent.astype(int) - expected.astype(int)).mean() < 6  # H.264, nothing else
+        assert np.abs(sent[0].astype(int) - sent[-1].astype(int)).mean() > 1  # the scene changed
+    assert r["sent_steps"][0][-1] == first_done + 1  # env 0's video ends at its success frame
+
+
+@pytest.mark.libero
+def test_reward_model_off_gives_rlinfs_original_rewards(libero_python, rlinf_trees, tmp_path):
+    common = ("--max-steps", "16", "--goal-chunk", "1", "--reward", "False")
+    off = _driver(libero_python, "sim", rlinf_trees["patched"], rlinf_trees["config"], tmp_path / "off.json", *common)
+    orig = _driver(
+        libero_python, "sim", rlinf_trees["original"], rlinf_trees["config"], tmp_path / "orig.json", *common
+    )
+    assert off["patched"] and not orig["patched"]
+    assert off["rewards"] == orig["rewards"]
+    assert np.array(off["rewards"]).max() == pytest.approx(off["reward_coef"])  # the success bonus, once
+    assert off["terminations"] == orig["terminations"]
+
+
+@pytest.mark.engine
+@pytest.mark.libero
+def test_64_envs_ending_together_make_one_batch_request(libero_python, rlinf_trees, vllm_server, tmp_path):
+    batch_before, single_before = _metric(vllm_server, "/score/batch"), _metric(vllm_server, "/score")
+    r = _driver(
+        libero_python,
+        "many",
+        rlinf_trees["patched"],
+        rlinf_trees["config"],
+        tmp_path / "many.json",
+        "--url",
+        vllm_server.url,
+        "--max-steps",
+        "3",
+        "--score-mode",
+        "logprob",
+    )
+    assert r["error"] is None
+    assert r["counts"]["batches"] == 1 and r["counts"]["episodes"] == 64 and r["client_attempts"] == 1
+    assert _metric(vllm_server, "/score/batch") - batch_before == 1
+    assert _metric(vllm_server, "/score") == single_before
+    rewards, scores = np.array(r["rewards"]), np.array(r["episode"]["vlm_score"])
+    assert np.allclose(rewards[:, -1], r["reward_coef"] * scores) and not rewards[:, :-1].any()
+
+
+@pytest.mark.libero
+def test_unreachable_server_fails_fast_when_asked(libero_python, rlinf_trees, tmp_path):
+    r = _driver(
+        libero_python,
+        "many",
+        rlinf_trees["patched"],
+        rlinf_trees["config"],
+        tmp_path / "dead.json",
+        "--url",
+        "http://127.0.0.1:9",
+        "--max-steps",
+        "2",
+        "--wait-ready-s",
+        "0",
+        "--deadline-s",
+        "2",
+    )
+    assert r["error"] and "VLM reward request for 64 episodes failed" in r["error"]
+    assert "fail_on_request_error: False" in r["error"]
+
+
+@pytest.mark.libero
+def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_trees, tmp_path):
+    r = _driver(
+        libero_python,
+        "many",
+        rlinf_trees["patched"],
+        rlinf_trees["config"],
+        tmp_path / "fallback.json",
+        "--url",
+        "http://127.0.0.1:9",
+        "--max-steps",
+        "2",
+        "--wait-ready-s",
+        "0",
+        "--deadline-s",
+        "2",
+        "--fail-on-request-error",
+        "False",
+        "--fallback",
+        "env_success",
+    )
+    assert r["error"] is None
+    assert r["counts"]["fallbacks"] == 64 and r["counts"]["request_errors"] == 1
+    assert r["episode"]["vlm_fallback"] == [1.0] * 64
+    expected = [r["reward_coef"] * (i in r["succeeded"]) for i in range(64)]
+    assert np.array(r["rewards"])[:, -1].tolist() == expected  # env_success: the 0/1 signal, flagged
+    assert "use the 'env_success' fallback" in r["log"]
