@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Run the A/B/C comparison against a patched RLinf v0.3 checkout, one run after another.
+#
+#   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR \
+#        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>]
+#
+# For run B and C it starts the matching reward server on --reward-gpus (kept apart from
+# RLinf's placement, GPUs 0-5 in the run configs), waits for /health, runs
+# `examples/embodiment/run_embodiment.sh <config>`, and stops the server whatever happened.
+# Every run keeps its own reward-server log and RLinf console log under --out; RLinf's own
+# logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
+# recorded in --out/<run>/log_path. Extra server flags: REWARD_SERVER_FLAGS="...".
+# Afterwards: python scripts/compare_runs.py --run A=... --run B=... --run C=... (printed).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+die() { echo "run_experiments: $*" >&2; exit 1; }
+log() { echo "[run_experiments] $*" >&2; }
+
+[ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
+RLINF_DIR=$(cd "$1" && pwd) || die "no such directory: $1"
+shift
+runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
+health_timeout=${HEALTH_TIMEOUT_S:-1800}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --reward-gpus) reward_gpus=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --qwen-model) qwen=$2; shift 2 ;;
+    --primo-model) primo=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) die "unknown option '$1'" ;;
+  esac
+done
+
+bash "$ROOT/scripts/apply_rlinf_patches.sh" "$RLINF_DIR" --check >/dev/null \
+  || die "$RLINF_DIR is not patched: bash scripts/apply_rlinf_patches.sh $RLINF_DIR"
+launcher="$RLINF_DIR/examples/embodiment/run_embodiment.sh"
+[ -f "$launcher" ] || die "no $launcher"
+IFS=, read -r -a run_list <<<"$runs"
+for run in "${run_list[@]}"; do
+  case "$run" in
+    A) ;; B) [ -n "$qwen" ] || die "run B needs --qwen-model" ;; C) [ -n "$primo" ] || die "run C needs --primo-model" ;;
+    *) die "unknown run '$run' (A, B or C)" ;;
+  esac
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+server_pid=""
+stop_server() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    log "stopping reward server (pid $server_pid)"
+    kill -TERM -- "-$server_pid" 2>/dev/null || kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$server_pid" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$server_pid" 2>/dev/null || true
+  fi
+  server_pid=""
+}
+trap stop_server EXIT INT TERM
+
+start_server() {  # backend model logfile
+  log "starting reward server: --backend $1 --model-path $2 --gpu-ids $reward_gpus --port $port"
+  # shellcheck disable=SC2086  # REWARD_SERVER_FLAGS is a list of flags
+  setsid "$PY" -m reward_server --backend "$1" --model-path "$2" --gpu-ids "$reward_gpus" \
+    --port "$port" ${REWARD_SERVER_FLAGS:-} >"$3" 2>&1 &
+  server_pid=$!
+  local deadline=$((SECONDS + health_timeout))
+  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$3" >&2; die "reward server exited during startup (log: $3)"; }
+    [ $SECONDS -lt $deadline ] || { stop_server; die "reward server not healthy after ${health_timeout}s (log: $3)"; }
+    sleep 2
+  done
+  log "reward server healthy: $(curl -s "http://127.0.0.1:$port/health")"
+}
+
+declare -A config=([A]=libero_10_grpo_openvlaoft_runA [B]=libero_10_grpo_openvlaoft_runB_qwen [C]=libero_10_grpo_openvlaoft_runC_primo)
+summary=()
+status=0
+for run in "${run_list[@]}"; do
+  run_out="$out/run$run"
+  mkdir -p "$run_out"
+  case "$run" in
+    B) start_server qwen2_5_vl_vllm "$qwen" "$run_out/reward_server.log" ;;
+    C) start_server PRIMO-R1 "$primo" "$run_out/reward_server.log" ;;
+  esac
+  before=$(ls -1d "$RLINF_DIR"/logs/*-"${config[$run]}" 2>/dev/null || true)
+  log "run $run: ${config[$run]} (console log: $run_out/console.log)"
+  set +e
+  (cd "$RLINF_DIR" && bash examples/embodiment/run_embodiment.sh "${config[$run]}") >"$run_out/console.log" 2>&1
+  rc=$?
+  set -e
+  stop_server
+  log_path=$(comm -13 <(echo "$before") <(ls -1d "$RLINF_DIR"/logs/*-"${config[$run]}" 2>/dev/null || true) | tail -1)
+  echo "${log_path:-unknown}" >"$run_out/log_path"
+  if [ $rc -ne 0 ]; then
+    log "run $run FAILED (exit $rc); see $run_out/console.log"
+    status=1
+  else
+    log "run $run done: $log_path"
+    summary+=("--run $run=$log_path")
+  fi
+done
+if [ ${#summary[@]} -gt 0 ]; then
+  log "compare: $PY $ROOT/scripts/compare_runs.py ${summary[*]} --out $out/compare"
+fi
+exit $status
