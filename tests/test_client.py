@@ -1,0 +1,87 @@
+"""The env-side client against real servers: retries through startup, no retry on 4xx, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from reward_client.client import (
+    AsyncRewardClient,
+    RetryPolicy,
+    RewardClient,
+    RewardRequestError,
+    RewardUnavailable,
+)
+from reward_client.protocol import InlineFrames, ScoreRequest
+from reward_server.launch import ServerProcess, free_port
+from tests.conftest import CPU_PRESET, episode_frames
+
+TASK = "open the top drawer and put the bowl inside"
+
+
+def request(**kw) -> ScoreRequest:
+    return ScoreRequest(task_text=TASK, frames=InlineFrames.from_array(episode_frames(12)), **kw)
+
+
+def test_retry_policy_honours_retry_after_and_backs_off_with_jitter():
+    policy = RetryPolicy(backoff_initial_s=0.5, backoff_max_s=8)
+    assert all(3.0 <= policy.delay(1, retry_after=3.0) <= 3.75 for _ in range(50))
+    assert all(8.0 <= policy.delay(1, retry_after=60.0) <= 10.0 for _ in range(50))  # capped
+    first = [policy.delay(1, None) for _ in range(200)]
+    fourth = [policy.delay(4, None) for _ in range(200)]
+    assert 0.5 <= min(first) and max(first) <= 1.0
+    assert 4.0 <= min(fourth) and max(fourth) <= 8.0
+    assert len(set(first)) > 100  # jittered: envs retrying together spread out
+
+
+def test_unreachable_server_ends_at_the_deadline():
+    client = RewardClient(f"http://127.0.0.1:{free_port()}", RetryPolicy(deadline_s=1.5, backoff_initial_s=0.1))
+    started = time.monotonic()
+    with pytest.raises(RewardUnavailable, match=r"within 1\.5 s"):
+        client.score(request())
+    assert time.monotonic() - started < 3.0
+    assert client.attempts >= 3
+
+
+@pytest.mark.engine
+def test_requests_sent_while_the_server_starts_are_retried_until_it_is_ready(tiny_checkpoint, tmp_path):
+    port = free_port()
+    client = RewardClient(f"http://127.0.0.1:{port}", RetryPolicy(deadline_s=300, backoff_max_s=2))
+    server = ServerProcess(
+        ["--config", str(CPU_PRESET), "--engine", "hf", "--model-path", tiny_checkpoint],
+        port=port,
+        log_path=tmp_path / "server.log",
+    )
+    with server:
+        response = client.score(request(backend_kwargs={"score_mode": "logprob"}))
+        assert 0.0 <= response.score <= 1.0
+        assert client.attempts > 1  # connection refused / 503 loading came first
+        assert client.wait_until_ready(10).status == "ok"
+
+
+@pytest.mark.engine
+def test_a_refused_request_is_not_retried(hf_server):
+    client = RewardClient(hf_server.url)
+    with pytest.raises(RewardRequestError) as info:
+        client.score(request(backend="PRIMO-R1"))
+    assert info.value.status == 400 and info.value.error_type == "bad_request"
+    assert client.attempts == 1
+
+
+@pytest.mark.engine
+def test_async_client_scores_and_batches(hf_server):
+    async def go():
+        client = AsyncRewardClient(hf_server.url)
+        try:
+            await client.wait_until_ready(30)
+            one = await client.score(request(backend_kwargs={"score_mode": "logprob"}))
+            many = await client.score_batch([request(), request(nframes=4)])
+            return one, many
+        finally:
+            await client.aclose()
+
+    one, many = asyncio.run(go())
+    assert one.parse_status.value == "logprob"
+    assert [item.index for item in many] == [0, 1] and many[1].response.nframes == 4
