@@ -113,6 +113,9 @@ class BackendKwargs(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    ignore_eos: bool = Field(
+        default=False, description="Generate exactly max_tokens (benchmarks of random-weight models)."
+    )
     return_prompt: bool = Field(default=False, description="Echo the rendered prompt in the response.")
 
 

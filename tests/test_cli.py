@@ -86,7 +86,7 @@ def test_gpu_ids_set_before_the_engine_is_built(monkeypatch):
         seen["cuda"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         return 0
 
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored after the test, whatever main() sets
     monkeypatch.setattr(cli, "serve", fake_serve)
     assert cli.main(["--gpu-ids", "2,3"]) == 0
     assert seen["cuda"] == "2,3"

@@ -175,7 +175,7 @@ def libero_python() -> str:
 
 def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Path, *flags: str) -> dict:
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")},
         "LIBERO_CONFIG_PATH": str(LIBERO_VENV / "libero_config"),
         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
         "MUJOCO_GL": "egl",

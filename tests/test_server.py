@@ -119,7 +119,7 @@ def test_concurrent_requests_reach_the_engine_as_one_batch(server):
     after = httpx.get(f"{server.url}/stats").json()
     assert after["requests"] - before["requests"] == 8
     assert after["batches"] - before["batches"] == 1, after  # all 8 in one engine call
-    assert after["max_batch_size"] == 8
+    assert after["max_batch_size"] >= 8
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'reward_engine_batch_size_bucket{le="8.0"}' in metrics
     assert "reward_episodes_total" in metrics

@@ -65,6 +65,7 @@ class Profile(ABC):
             max_tokens=kwargs.max_tokens or d.max_tokens,
             temperature=d.temperature if kwargs.temperature is None else kwargs.temperature,
             top_p=kwargs.top_p or d.top_p,
+            ignore_eos=kwargs.ignore_eos,
         )
 
     @abstractmethod
