@@ -42,6 +42,16 @@ class ParseStatus(str, Enum):
 FAILED_PARSE_STATUSES = frozenset({ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers})
 
 
+def _b64decode(data: str) -> bytes:
+    """Strict base64 decoding; pybase64 (several times faster on megabytes of frames) when installed."""
+    try:
+        import pybase64
+
+        return pybase64.b64decode(data, validate=True)
+    except ImportError:
+        return base64.b64decode(data, validate=True)
+
+
 class InlineFrames(BaseModel):
     """Raw RGB frames, uint8, C-order, shape [T, H, W, 3], base64-encoded.
 
@@ -85,7 +95,7 @@ class InlineFrames(BaseModel):
 
     def decode(self) -> bytes:
         try:
-            raw = base64.b64decode(self.data_b64, validate=True)
+            raw = _b64decode(self.data_b64)
         except (binascii.Error, ValueError) as exc:
             raise ValueError(f"frames.data_b64 is not valid base64: {exc}") from None
         t, h, w, c = self.shape

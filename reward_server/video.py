@@ -74,17 +74,33 @@ def smart_size(height: int, width: int, max_pixels: int, min_pixels: int = MIN_P
     return h, w
 
 
+def _resizer():
+    """Bicubic resize of one frame to (h, w): OpenCV when installed (4x faster), else Pillow."""
+    try:
+        import cv2
+
+        return lambda frame, h, w: cv2.resize(frame, (w, h), interpolation=cv2.INTER_CUBIC)
+    except ImportError:
+        from PIL import Image
+
+        return lambda frame, h, w: np.asarray(Image.fromarray(frame).resize((w, h), Image.Resampling.BICUBIC))
+
+
+_resize = None
+
+
 def resize_frames(frames: np.ndarray, max_pixels: int) -> np.ndarray:
     """Resize [T, H, W, 3] frames to the model grid; frames already on it are returned as they are."""
+    global _resize
     _, height, width, _ = frames.shape
     h, w = smart_size(height, width, max_pixels)
     if (h, w) == (height, width):
         return frames
-    from PIL import Image
-
+    if _resize is None:
+        _resize = _resizer()
     out = np.empty((frames.shape[0], h, w, 3), dtype=np.uint8)
     for i, frame in enumerate(frames):
-        out[i] = np.asarray(Image.fromarray(frame).resize((w, h), Image.Resampling.BICUBIC))
+        out[i] = _resize(np.ascontiguousarray(frame), h, w)
     return out
 
 

@@ -50,9 +50,8 @@ class VllmEngine(Engine):
         self._processor: Any = None
         self._token_ids: dict[str, int] = {}
 
-    def engine_args(self) -> Any:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
+    def engine_kwargs(self) -> dict[str, Any]:
+        """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
         c = self.config
         kwargs: dict[str, Any] = dict(
             model=c.model_path,
@@ -66,7 +65,6 @@ class VllmEngine(Engine):
             logprobs_mode="processed_logprobs",
             enforce_eager=c.enforce_eager,
             seed=c.seed,
-            disable_log_stats=False,
         )
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
@@ -75,7 +73,12 @@ class VllmEngine(Engine):
         if c.mm_encoder_attn_backend:
             kwargs["mm_encoder_attn_backend"] = c.mm_encoder_attn_backend
         kwargs.update(c.extra)
-        return AsyncEngineArgs(**kwargs)
+        return kwargs
+
+    def engine_args(self) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        return AsyncEngineArgs(**self.engine_kwargs(), disable_log_stats=False)
 
     async def start(self) -> None:
         if self.config.cpu_kv_cache_gib:

@@ -1,0 +1,140 @@
+"""The same workload as `reward_server.bench`, on the bare engine: no HTTP, no server.
+
+    python -m reward_server.bench_raw --engine vllm --model-path DIR [--max-num-batched-tokens 65536 ...]
+
+Prompts and frames are built exactly as the server builds them (same profile, same frame
+rules), prepared outside the timing; only the engine call is timed (vllm: LLM.generate over
+the N prompts; hf: one padded forward / generate over the N episodes). Prints a table and
+writes JSON, for the server-vs-raw ratio in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from reward_server.bench import TASKS, Episodes, style_kwargs
+from reward_server.engines.base import EngineConfig
+from reward_server.profiles import load_profile
+from reward_server.video import prepare_frames
+
+logger = logging.getLogger("reward_server.bench_raw")
+
+
+def requests(episodes: Episodes, n: int, style: str):
+    """Engine requests for n new episodes, built as the server builds them."""
+    profile = load_profile("qwen2_5_vl_vllm")
+    kwargs = style_kwargs(style)
+    mode = profile.resolve_score_mode(kwargs)
+    out = []
+    for i, video in enumerate(episodes.take(n)):
+        out.append(profile.build(TASKS[i % len(TASKS)], prepare_frames(video, len(video), 200704), kwargs, mode))
+    return out
+
+
+def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size):
+    from vllm import LLM
+
+    from reward_server.engines.vllm_engine import VllmEngine
+
+    engine = VllmEngine(config)
+    engine.load_processor()
+    llm = LLM(**engine.engine_kwargs())
+    results = []
+    episodes = Episodes(frames, size)
+    for style in styles:
+        warm = [engine.prepare(r) for r in requests(episodes, 4, style)]
+        llm.generate([p for p, _ in warm], [s for _, s in warm], use_tqdm=False)
+        for n in ns:
+            best = None
+            for _ in range(repeats):
+                prepared = [engine.prepare(r) for r in requests(episodes, n, style)]  # new episodes each time
+                started = time.perf_counter()
+                llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
+                wall = time.perf_counter() - started
+                best = wall if best is None else min(best, wall)
+            results.append({"style": style, "n": n, "wall_s": best, "episodes_per_s": n / best})
+            logger.info("%s", results[-1])
+    return results
+
+
+def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
+    import torch
+
+    from reward_server.engines.hf_engine import HFEngine
+
+    engine = HFEngine(config)
+    engine._load()
+    results = []
+    episodes = Episodes(frames, size)
+    for style in styles:
+        for n in [2, *ns]:
+            reqs = requests(episodes, n, style)
+            inputs, _ = engine._inputs(reqs)  # processor work outside the timing, as for vllm
+            s = reqs[0].sampling
+            best = None
+            for _ in range(repeats if n != 2 else 1):
+                torch.cuda.synchronize() if torch.cuda.is_available() else None
+                started = time.perf_counter()
+                with torch.inference_mode():
+                    if s.mode == "logprob":
+                        engine._model(**inputs, logits_to_keep=1)
+                    else:
+                        engine._model.generate(
+                            **inputs, max_new_tokens=s.max_tokens, min_new_tokens=s.max_tokens, do_sample=False
+                        )
+                torch.cuda.synchronize() if torch.cuda.is_available() else None
+                wall = time.perf_counter() - started
+                best = wall if best is None else min(best, wall)
+            if n != 2:  # n=2 is the warm-up
+                results.append({"style": style, "n": n, "wall_s": best, "episodes_per_s": n / best})
+                logger.info("%s", results[-1])
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_server.bench_raw",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--engine", choices=["vllm", "hf"], required=True)
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--n", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--styles", nargs="+", default=["logprob", "gen256"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=16)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--max-num-seqs", type=int, default=128)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--mm-encoder-attn-backend", default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    parser.add_argument("--out", default="bench_raw.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    config = EngineConfig(
+        model_path=args.model_path,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        mm_encoder_attn_backend=args.mm_encoder_attn_backend,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    run = run_vllm if args.engine == "vllm" else run_hf
+    results = run(config, args.styles, args.n, args.repeats, args.frames, args.size)
+    Path(args.out).write_text(json.dumps({"engine": args.engine, "args": vars(args), "results": results}, indent=2))
+    print(f"{'style':<9} {'N':>4} {'eps/s':>8} {'wall s':>8}")
+    for r in results:
+        print(f"{r['style']:<9} {r['n']:>4} {r['episodes_per_s']:>8.2f} {r['wall_s']:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
