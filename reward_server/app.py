@@ -17,12 +17,49 @@ from reward_client.protocol import (
     ScoreRequest,
     ScoreResponse,
 )
-from reward_server.errors import RETRY_AFTER_S, error_response, install_handlers
+from reward_server.errors import (
+    RETRY_AFTER_S,
+    BodyTooLarge,
+    UnsupportedMediaType,
+    error_response,
+    install_handlers,
+)
 from reward_server.service import ScoringService
 
 logger = logging.getLogger(__name__)
 
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 403, 422, 500, 503, 504)}
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 403, 413, 415, 422, 500, 503, 504)}
+
+
+def _body_schema(model) -> dict:
+    """OpenAPI for a body the route reads itself (parsed off the event loop, validated by `model`)."""
+    name = model.__name__
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+        }
+    }
+
+
+def _with_request_schemas(app: FastAPI, models: tuple) -> None:
+    """Add the request models (and what they reference) to the app's OpenAPI components."""
+    base = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = base()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in js.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = js
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
 
 
 def build_app(service: ScoringService) -> FastAPI:
@@ -56,13 +93,36 @@ def build_app(service: ScoringService) -> FastAPI:
         service.metrics.requests.labels(path, str(response.status_code)).inc()
         return response
 
-    @app.post("/score", response_model=ScoreResponse, responses=_ERRORS)
-    async def score(body: ScoreRequest) -> ScoreResponse:
-        return await service.score(body)
+    max_body = int(service.settings.max_body_mb * 1024 * 1024)
 
-    @app.post("/score/batch", response_model=BatchScoreResponse, responses=_ERRORS)
-    async def score_batch(body: BatchScoreRequest) -> BatchScoreResponse:
-        return await service.score_batch(body)
+    async def read_json_body(request: Request) -> bytes:
+        """The raw body, checked for type and size; parsing happens in the decoder pool."""
+        ctype = request.headers.get("content-type", "")
+        if ctype.split(";")[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType(f"content-type must be application/json, got {ctype or 'none'!r}")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body:
+            raise BodyTooLarge(f"body of {int(declared)} bytes exceeds the limit of {max_body} bytes (--max-body-mb)")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body:
+                raise BodyTooLarge(f"body exceeds the limit of {max_body} bytes (--max-body-mb)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, openapi_extra=_body_schema(ScoreRequest))
+    async def score(request: Request) -> ScoreResponse:
+        return await service.score_body(await read_json_body(request))
+
+    @app.post(
+        "/score/batch",
+        response_model=BatchScoreResponse,
+        responses=_ERRORS,
+        openapi_extra=_body_schema(BatchScoreRequest),
+    )
+    async def score_batch(request: Request) -> BatchScoreResponse:
+        return await service.score_batch_body(await read_json_body(request))
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health() -> JSONResponse:
@@ -96,4 +156,5 @@ def build_app(service: ScoringService) -> FastAPI:
             "max_running": s.max_running,
         }
 
+    _with_request_schemas(app, (ScoreRequest, BatchScoreRequest))
     return app

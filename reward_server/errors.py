@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from reward_client.protocol import ErrorBody, ItemError
 from reward_server.batching import QueueFull
+from reward_server.decoding import InvalidBody
 from reward_server.engines.base import EngineDead
 from reward_server.profiles import UnknownBackend, UnsupportedOption
 from reward_server.video import PathNotAllowed, VideoError
@@ -23,6 +24,14 @@ class BadRequest(ValueError):
     """The request cannot be served as sent; the message says what to change."""
 
     type = "bad_request"
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
+class UnsupportedMediaType(ValueError):
+    pass
 
 
 class NotReady(RuntimeError):
@@ -39,6 +48,9 @@ class DeadlineExceeded(TimeoutError):
 
 # exception class -> (HTTP status, error type); the first match in order wins
 _CLASSES: list[tuple[type[BaseException], int, str]] = [
+    (InvalidBody, 422, "invalid_request"),
+    (BodyTooLarge, 413, "body_too_large"),
+    (UnsupportedMediaType, 415, "unsupported_media_type"),
     (PathNotAllowed, 403, "path_not_allowed"),
     (VideoError, 400, "invalid_video"),
     (UnknownBackend, 400, "unknown_backend"),

@@ -11,33 +11,22 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
 
 from reward_client.protocol import (
     FAILED_PARSE_STATUSES,
     BatchItem,
-    BatchScoreRequest,
     BatchScoreResponse,
     HealthStatus,
-    ScoreRequest,
     ScoreResponse,
     Timings,
 )
 from reward_server.batching import Batcher
+from reward_server.decoding import Decoded, Decoder, decode_batch, decode_score
 from reward_server.engines.base import Engine, EngineDead
 from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
 from reward_server.metrics import Metrics
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
-from reward_server.video import (
-    decode_b64_video,
-    decode_video,
-    frames_from_inline,
-    prepare_frames,
-    resolve_video_path,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +47,11 @@ class ScoringService:
         self.status: HealthStatus = "loading"
         self.detail: str | None = None
         self._on_failure = on_failure
-        self._preprocess = ThreadPoolExecutor(settings.preprocess_workers, thread_name_prefix="preprocess")
+        self.decoder = Decoder(settings.effective_decode_workers(), settings.video_roots)
         self.batcher = Batcher(
             engine,
             max_batch_size=settings.max_batch_size,
-            batch_wait_ms=settings.batch_wait_ms,
+            batch_wait_ms=settings.effective_batch_wait_ms(),
             max_queue=settings.max_queue,
             on_batch=self.metrics.batch_size.observe,
             on_engine_dead=self.fail,
@@ -110,7 +99,7 @@ class ScoringService:
     async def stop(self) -> None:
         await self.batcher.stop()
         await self.engine.shutdown()
-        self._preprocess.shutdown(wait=False, cancel_futures=True)
+        self.decoder.shutdown()
 
     def _require_ready(self) -> None:
         if self.status != "ok":
@@ -127,33 +116,57 @@ class ScoringService:
                 f"Omit 'backend' or start a server with --backend {requested}"
             )
 
-    def _frames(self, req: ScoreRequest) -> np.ndarray:
-        if req.video_path is not None:
-            frames = decode_video(resolve_video_path(req.video_path, self.settings.video_roots))
-        elif req.video_b64 is not None:
-            frames = decode_b64_video(req.video_b64)
-        else:
-            assert req.frames is not None
-            frames = frames_from_inline(req.frames)
-        return prepare_frames(frames, req.nframes, req.max_pixels)
+    async def _decode(self, fn, body: bytes):
+        return await asyncio.get_running_loop().run_in_executor(self.decoder.pool, fn, body, self.decoder.roots)
 
-    async def score(self, req: ScoreRequest) -> ScoreResponse:
-        self._require_ready()
+    async def _deadline(self, coro):
         try:
-            return await asyncio.wait_for(self._score(req), self.settings.request_timeout_s)
+            return await asyncio.wait_for(coro, self.settings.request_timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(f"scoring took longer than {self.settings.request_timeout_s:g} s") from None
 
-    async def _score(self, req: ScoreRequest) -> ScoreResponse:
+    async def score_body(self, body: bytes) -> ScoreResponse:
+        """Score one episode from a /score request body."""
+        self._require_ready()
         started = time.perf_counter()
+
+        async def run() -> ScoreResponse:
+            decoded = await self._decode(decode_score, body)
+            return await self._score(decoded, started)
+
+        return await self._deadline(run())
+
+    async def score_batch_body(self, body: bytes) -> BatchScoreResponse:
+        """Score many episodes together; a bad item is reported in its place, the rest still scored."""
+        self._require_ready()
+        started = time.perf_counter()
+
+        async def run() -> list:
+            items = await self._decode(decode_batch, body)
+            return await asyncio.gather(*(self._score(item, started) for item in items), return_exceptions=True)
+
+        results = await self._deadline(run())
+        out = []
+        for index, result in enumerate(results):
+            if isinstance(result, ScoreResponse):
+                out.append(BatchItem(index=index, response=result))
+            else:
+                if isinstance(result, (NotReady, EngineDead)):
+                    raise result
+                _, error = classify(result)
+                out.append(BatchItem(index=index, error=error))
+        return BatchScoreResponse(results=out)
+
+    async def _score(self, decoded: Decoded, started: float) -> ScoreResponse:
+        if decoded.error is not None:
+            raise decoded.error
+        req, video = decoded.request, decoded.video
         self._check_backend(req.backend)
         kwargs = req.backend_kwargs
         score_mode = self.profile.resolve_score_mode(kwargs)
-        loop = asyncio.get_running_loop()
-        video = await loop.run_in_executor(self._preprocess, self._frames, req)
         prepared = time.perf_counter()
         engine_request = self.profile.build(req.task_text, video, kwargs, score_mode)
-        engine_request.request_id = req.request_id or uuid.uuid4().hex
+        engine_request.request_id = uuid.uuid4().hex  # clients may reuse their own ids; the engine may not
         self.metrics.queue_depth.set(self.batcher.queued + 1)
         output, queue_ms = await self.batcher.submit(engine_request)
         parsed = self.profile.parse(output, score_mode)
@@ -183,18 +196,3 @@ class ScoringService:
             request_id=req.request_id,
             prompt=output.prompt if kwargs.return_prompt else None,
         )
-
-    async def score_batch(self, batch: BatchScoreRequest) -> BatchScoreResponse:
-        """Score many episodes together; a bad item is reported in its place, the rest still scored."""
-        self._require_ready()
-        results = await asyncio.gather(*(self.score(r) for r in batch.requests), return_exceptions=True)
-        items = []
-        for index, result in enumerate(results):
-            if isinstance(result, ScoreResponse):
-                items.append(BatchItem(index=index, response=result))
-            else:
-                if isinstance(result, (NotReady, EngineDead)):
-                    raise result
-                _, error = classify(result)
-                items.append(BatchItem(index=index, error=error))
-        return BatchScoreResponse(results=items)

@@ -5,6 +5,7 @@ Precedence: built-in defaults < `--config FILE.yaml` < flags given on the comman
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
@@ -41,10 +42,18 @@ class ServerSettings(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=8192, description="new tokens; default: the profile's")
     score_mode: ScoreMode | None = Field(None, description="default score_mode for requests that name none")
     max_batch_size: int = Field(64, ge=1, le=1024, description="requests per engine batch")
-    batch_wait_ms: float = Field(10.0, ge=0.0, le=10_000, description="how long a batch waits to fill")
+    batch_wait_ms: float | None = Field(
+        None, ge=0.0, le=10_000, description="how long a batch waits to fill; default: vllm 10, hf 100"
+    )
     max_queue: int = Field(1024, ge=1, description="waiting requests admitted before 503")
     request_timeout_s: float = Field(600.0, gt=0, description="deadline per episode; past it the answer is 504")
-    preprocess_workers: int = Field(4, ge=1, le=64, description="threads decoding and resizing video")
+    decode_workers: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="processes parsing bodies and decoding video (0: threads); default: half the cores, <= 8",
+    )
+    max_body_mb: float = Field(512.0, gt=0, description="largest request body accepted (413 above)")
     video_roots: list[str] = Field(
         default_factory=lambda: [tempfile.gettempdir()],
         description="directories video_path may point into (repeat the flag for several)",
@@ -59,6 +68,18 @@ class ServerSettings(BaseModel):
         if value not in allowed:
             raise ValueError(f"dtype {value!r} is not one of {', '.join(allowed)}")
         return value
+
+    def effective_batch_wait_ms(self) -> float:
+        # vLLM schedules new requests into running steps, so waiting buys little; a transformers
+        # forward pass takes the batch it is given, so it pays to let concurrent arrivals gather.
+        if self.batch_wait_ms is not None:
+            return self.batch_wait_ms
+        return 10.0 if self.engine == "vllm" else 100.0
+
+    def effective_decode_workers(self) -> int:
+        if self.decode_workers is not None:
+            return self.decode_workers
+        return max(1, min(8, (os.cpu_count() or 2) // 2))
 
     def effective_tensor_parallel_size(self, canonical_backend: str) -> int:
         if canonical_backend == "PRIMO-R1" and self.primo_tensor_parallel_size:

@@ -29,7 +29,7 @@ case "${1:?vllm, vllm-default or hf}" in
   hf)
     python3 -m reward_server.bench_raw --engine hf --model-path $CKPT --n 1 8 64 --styles logprob gen256 \
       --repeats 1 --out "$OUT/raw_hf.json" 2>"$OUT/raw_hf.log"
-    python3 -m reward_server.bench --launch "$SERVER --engine hf --batch-wait-ms 50" --n 1 8 64 \
+    python3 -m reward_server.bench --launch "$SERVER --engine hf" --n 1 8 64 \
       --styles logprob gen256 --no-sequential --repeats 1 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
     ;;
 esac
