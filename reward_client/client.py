@@ -8,6 +8,7 @@ request itself is wrong; sending it again cannot help) and 500.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -74,6 +75,19 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _dumps(body: dict) -> bytes:
+    """JSON bytes of a request body; orjson when installed (10x faster on megabytes of frames)."""
+    try:
+        import orjson
+
+        return orjson.dumps(body)
+    except ImportError:
+        return json.dumps(body).encode()
+
+
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 def _raise_for_answer(response: httpx.Response) -> None:
@@ -144,10 +158,11 @@ class RewardClient(_Base):
 
     def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
         attempts = _Attempts(self, path)
+        content = _dumps(body) if body is not None else None  # encoded once, whatever the retries
         while True:
             self.attempts += 1
             try:
-                response = self._http.request(method, path, json=body)
+                response = self._http.request(method, path, content=content, headers=JSON_HEADERS)
                 if _final(response):
                     return response
                 pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
@@ -203,10 +218,11 @@ class AsyncRewardClient(_Base):
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
         attempts = _Attempts(self, path)
+        content = _dumps(body) if body is not None else None
         while True:
             self.attempts += 1
             try:
-                response = await self._http.request(method, path, json=body)
+                response = await self._http.request(method, path, content=content, headers=JSON_HEADERS)
                 if _final(response):
                     return response
                 pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
