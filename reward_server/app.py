@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from reward_client.protocol import (
 from reward_server.errors import (
     RETRY_AFTER_S,
     BodyTooLarge,
+    Unauthorized,
     UnsupportedMediaType,
     error_response,
     install_handlers,
@@ -28,7 +30,7 @@ from reward_server.service import ScoringService
 
 logger = logging.getLogger(__name__)
 
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 403, 413, 415, 422, 500, 503, 504)}
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 413, 415, 422, 500, 503, 504)}
 
 
 def _body_schema(model) -> dict:
@@ -82,9 +84,15 @@ def build_app(service: ScoringService) -> FastAPI:
     app.state.service = service
     install_handlers(app)
 
+    expected_auth = f"Bearer {service.settings.api_key}" if service.settings.api_key else None
+
     @app.middleware("http")
     async def count_requests(request: Request, call_next):
         try:
+            if expected_auth and request.url.path != "/health":
+                given = request.headers.get("authorization", "")
+                if not hmac.compare_digest(given.encode(), expected_auth.encode()):
+                    raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
             response = await call_next(request)
         except Exception as exc:  # anything unexpected: a 500 without internals, logged here
             response = error_response(exc)

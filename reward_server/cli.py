@@ -109,6 +109,7 @@ def serve(settings: ServerSettings) -> int:
 
     from reward_server.app import build_app
     from reward_server.engines import EngineConfig, load_engine
+    from reward_server.lifecycle import DrainingServer
     from reward_server.profiles import SamplingDefaults, load_profile
     from reward_server.service import ScoringService
 
@@ -162,7 +163,7 @@ def serve(settings: ServerSettings) -> int:
     service = ScoringService(settings, engine, profile, on_failure=on_failure)
     app = build_app(service)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, service, settings.shutdown_timeout_s)
     server.run()
     return exit_code
 

@@ -34,6 +34,10 @@ class UnsupportedMediaType(ValueError):
     pass
 
 
+class Unauthorized(PermissionError):
+    pass
+
+
 class NotReady(RuntimeError):
     """The server is loading, draining or failed."""
 
@@ -48,6 +52,7 @@ class DeadlineExceeded(TimeoutError):
 
 # exception class -> (HTTP status, error type); the first match in order wins
 _CLASSES: list[tuple[type[BaseException], int, str]] = [
+    (Unauthorized, 401, "unauthorized"),
     (InvalidBody, 422, "invalid_request"),
     (BodyTooLarge, 413, "body_too_large"),
     (UnsupportedMediaType, 415, "unsupported_media_type"),
@@ -74,6 +79,8 @@ def classify(exc: BaseException) -> tuple[int, ItemError]:
 def error_response(exc: BaseException) -> JSONResponse:
     status, error = classify(exc)
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
     return JSONResponse(ErrorBody(error=error).model_dump(), status_code=status, headers=headers)
 
 

@@ -46,6 +46,7 @@ class ScoringService:
         self.metrics = metrics or Metrics()
         self.status: HealthStatus = "loading"
         self.detail: str | None = None
+        self.active = 0  # requests being handled (decoding, queued or in the engine)
         self._on_failure = on_failure
         self.decoder = Decoder(settings.effective_decode_workers(), settings.video_roots)
         self.batcher = Batcher(
@@ -89,6 +90,19 @@ class ScoringService:
         if self._on_failure:
             self._on_failure(detail)
 
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new work and wait for the requests in hand; True if they all finished in time."""
+        if self.status == "ok":
+            self.status = "draining"
+            self.detail = "shutting down: finishing requests in progress"
+        logger.info("draining: %d requests in progress, up to %.0f s", self.active, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self.active > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.active:
+            logger.warning("drain timed out with %d requests still in progress", self.active)
+        return self.active == 0
+
     async def check_health(self) -> None:
         if self.status == "ok":
             try:
@@ -125,27 +139,36 @@ class ScoringService:
         except TimeoutError:
             raise DeadlineExceeded(f"scoring took longer than {self.settings.request_timeout_s:g} s") from None
 
+    async def _handle(self, coro):
+        """Admit one request (refused unless ok), count it while in progress, apply the deadline."""
+        if self.status != "ok":
+            coro.close()
+            self._require_ready()
+        self.active += 1
+        try:
+            return await self._deadline(coro)
+        finally:
+            self.active -= 1
+
     async def score_body(self, body: bytes) -> ScoreResponse:
         """Score one episode from a /score request body."""
-        self._require_ready()
         started = time.perf_counter()
 
         async def run() -> ScoreResponse:
             decoded = await self._decode(decode_score, body)
             return await self._score(decoded, started)
 
-        return await self._deadline(run())
+        return await self._handle(run())
 
     async def score_batch_body(self, body: bytes) -> BatchScoreResponse:
         """Score many episodes together; a bad item is reported in its place, the rest still scored."""
-        self._require_ready()
         started = time.perf_counter()
 
         async def run() -> list:
             items = await self._decode(decode_batch, body)
             return await asyncio.gather(*(self._score(item, started) for item in items), return_exceptions=True)
 
-        results = await self._deadline(run())
+        results = await self._handle(run())
         out = []
         for index, result in enumerate(results):
             if isinstance(result, ScoreResponse):

@@ -58,6 +58,8 @@ class ServerSettings(BaseModel):
         default_factory=lambda: [tempfile.gettempdir()],
         description="directories video_path may point into (repeat the flag for several)",
     )
+    api_key: str | None = Field(None, description="require 'Authorization: Bearer KEY' on every route but /health")
+    shutdown_timeout_s: float = Field(60.0, ge=0, description="on SIGTERM: how long in-flight work may finish")
     seed: int = 0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -184,9 +185,12 @@ def run_many(args) -> dict:
     cfg = compose_env_config(args.config_dir, args.run, reward_overrides(args, task0=False))
     env = StandInLiberoEnv(cfg, num_envs=num_envs, seed_offset=0, total_num_processes=1, worker_info=None)
     env.reset()
+    if args.ready_file:
+        open(args.ready_file, "w").close()  # the test may now break the server mid-rollout
     rewards, error = [], None
     try:
         for _ in range(args.max_steps):
+            time.sleep(args.step_sleep)
             _, reward, _, _, infos = env.step(np.zeros((num_envs, 7)), auto_reset=False)
             rewards.append(np.asarray(reward))
     except RuntimeError as exc:
@@ -218,6 +222,8 @@ def main() -> None:
     parser.add_argument("--fail-on-request-error", default="True")
     parser.add_argument("--fallback", default="zero")
     parser.add_argument("--score-mode", default=None)
+    parser.add_argument("--ready-file", default=None)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--wait-ready-s", type=float, default=60)
     parser.add_argument("--deadline-s", type=float, default=600)
     args = parser.parse_args()

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -173,8 +174,8 @@ def libero_python() -> str:
     return str(python)
 
 
-def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Path, *flags: str) -> dict:
-    env = {
+def _driver_env() -> dict:
+    return {
         **{k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")},
         "LIBERO_CONFIG_PATH": str(LIBERO_VENV / "libero_config"),
         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
@@ -182,6 +183,10 @@ def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Pa
         "PYOPENGL_PLATFORM": "egl",
         "PYTHONPATH": str(REPO),
     }
+
+
+def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Path, *flags: str) -> dict:
+    env = _driver_env()
     cmd = [
         libero_python,
         str(DRIVER),
@@ -351,3 +356,65 @@ def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_t
     expected = [r["reward_coef"] * (i in r["succeeded"]) for i in range(64)]
     assert np.array(r["rewards"])[:, -1].tolist() == expected  # env_success: the 0/1 signal, flagged
     assert "use the 'env_success' fallback" in r["log"]
+
+
+@pytest.mark.engine
+@pytest.mark.libero
+@pytest.mark.parametrize("fail_fast", [True, False], ids=["fail_fast", "fallback"])
+def test_server_killed_during_a_rollout(libero_python, rlinf_trees, tiny_checkpoint, tmp_path, fail_fast):
+    from reward_server.launch import ServerProcess
+    from tests.conftest import CPU_PRESET
+
+    server = ServerProcess(
+        ["--config", str(CPU_PRESET), "--engine", "hf", "--model-path", tiny_checkpoint],
+        log_path=tmp_path / "server.log",
+    )
+    server.start()
+    server.wait_ready(300)
+    ready, out = tmp_path / "ready", tmp_path / "killed.json"
+    env = _driver_env()
+    cmd = [
+        libero_python,
+        str(DRIVER),
+        "many",
+        "--rlinf-dir",
+        str(rlinf_trees["patched"]),
+        "--config-dir",
+        str(rlinf_trees["config"]),
+        "--out",
+        str(out),
+        "--url",
+        server.url,
+        "--max-steps",
+        "4",
+        "--step-sleep",
+        "1",
+        "--ready-file",
+        str(ready),
+        "--deadline-s",
+        "3",
+        "--fail-on-request-error",
+        str(fail_fast),
+        "--fallback",
+        "zero",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), proc.stderr.read() if proc.poll() is not None else "driver not ready"
+        server.stop()  # the reward server dies in the middle of the rollout
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        server.stop()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    r = json.loads(out.read_text())
+    if fail_fast:
+        assert r["error"] and "VLM reward request for 64 episodes failed" in r["error"]
+    else:
+        assert r["error"] is None and r["counts"]["fallbacks"] == 64
+        assert r["episode"]["vlm_fallback"] == [1.0] * 64
+        assert "64 episodes use the 'zero' fallback" in stderr
