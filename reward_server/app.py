@@ -121,6 +121,7 @@ def build_app(service: ScoringService) -> FastAPI:
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, openapi_extra=_body_schema(ScoreRequest))
     async def score(request: Request) -> ScoreResponse:
+        """Judge one finished episode."""
         return await service.score_body(await read_json_body(request))
 
     @app.post(
@@ -130,10 +131,12 @@ def build_app(service: ScoringService) -> FastAPI:
         openapi_extra=_body_schema(BatchScoreRequest),
     )
     async def score_batch(request: Request) -> BatchScoreResponse:
+        """Judge many episodes together; a bad item is answered with its error, the others are scored."""
         return await service.score_batch_body(await read_json_body(request))
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health() -> JSONResponse:
+        """200 `ok` when the engine serves; 503 `loading`, `draining` or `failed` (never needs the API key)."""
         await service.check_health()
         body = HealthResponse(
             status=service.status,
@@ -148,6 +151,7 @@ def build_app(service: ScoringService) -> FastAPI:
 
     @app.get("/metrics", response_class=Response)
     async def metrics() -> Response:
+        """Prometheus text: requests by route and code, episodes by parse status, batch sizes, latency."""
         m = service.metrics
         m.queue_depth.set(service.batcher.queued)
         m.in_flight.set(service.batcher.in_flight)

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Write docs/api.md (the wire contract) from the server's OpenAPI schema.
+
+    python scripts/gen_api_docs.py [--check]
+
+--check exits 1 if docs/api.md differs from what the schema gives (tests run it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "api.md"
+
+INTRO = """# Reward server API
+
+Generated from the server's OpenAPI schema by `scripts/gen_api_docs.py`; do not edit by hand.
+The schema itself is served at `GET /openapi.json` (and browsable at `/docs`). The models live in
+`reward_client/protocol.py`, shared by the server and the client.
+
+Errors always have the shape `{"error": {"type": ..., "message": ...}}`:
+
+| status | when |
+|---|---|
+| 400 | the video cannot be used, unknown backend, an option the backend does not support |
+| 401 | `--api-key` is set and the request has no or a wrong `Authorization: Bearer` header |
+| 403 | `video_path` outside the server's `--video-root` directories |
+| 413 | body larger than `--max-body-mb` |
+| 415 | content type other than `application/json` |
+| 422 | malformed JSON or a field that fails validation (the message names it) |
+| 503 | loading, draining, failed, or the queue is full (`Retry-After` says when to retry) |
+| 504 | the request took longer than `--request-timeout-s` |
+| 500 | an internal error (details only in the server log) |
+"""
+
+
+def _type(schema: dict, components: dict) -> str:
+    if "$ref" in schema:
+        return f"[{schema['$ref'].rsplit('/', 1)[-1]}](#{schema['$ref'].rsplit('/', 1)[-1].lower()})"
+    if "anyOf" in schema:
+        return " or ".join(_type(s, components) for s in schema["anyOf"])
+    if schema.get("type") == "array":
+        return f"list of {_type(schema.get('items', {}), components)}"
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    if "const" in schema:
+        return f"`{schema['const']}`"
+    return schema.get("type", "any")
+
+
+def _limits(schema: dict) -> str:
+    keys = {
+        "minimum": ">=",
+        "maximum": "<=",
+        "exclusiveMinimum": ">",
+        "exclusiveMaximum": "<",
+        "minLength": "min length",
+        "maxLength": "max length",
+        "minItems": "min items",
+        "maxItems": "max items",
+    }
+    parts = [f"{label} {schema[k]}" for k, label in keys.items() if k in schema]
+    for sub in schema.get("anyOf", []):
+        parts += [f"{label} {sub[k]}" for k, label in keys.items() if k in sub]
+    return ", ".join(parts)
+
+
+def render(openapi: dict) -> str:
+    components = openapi["components"]["schemas"]
+    lines = [INTRO, "## Routes", ""]
+    for path, methods in openapi["paths"].items():
+        for method, op in methods.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            ok = op.get("responses", {}).get("200", {}).get("content", {}).get("application/json", {}).get("schema")
+            lines.append(f"### `{method.upper()} {path}`")
+            lines.append("")
+            if op.get("description"):
+                lines += [op["description"].strip(), ""]
+            if body:
+                lines.append(f"Body: {_type(body, components)}")
+            if ok:
+                lines.append(f"Answer (200): {_type(ok, components)}")
+            codes = ", ".join(sorted(c for c in op.get("responses", {}) if c != "200"))
+            if codes:
+                lines.append(f"Other statuses: {codes}")
+            lines.append("")
+    lines += ["## Models", ""]
+    for name in sorted(components):
+        schema = components[name]
+        lines += [f"### {name}", ""]
+        if schema.get("description"):
+            lines += [" ".join(schema["description"].split()), ""]
+        props = schema.get("properties")
+        if props:
+            required = set(schema.get("required", []))
+            lines += ["| field | type | required | default | limits | description |", "|---|---|---|---|---|---|"]
+            for field, spec in props.items():
+                default = json.dumps(spec["default"]) if "default" in spec else ""
+                desc = " ".join(spec.get("description", "").split()).replace("|", "\\|")
+                lines.append(
+                    f"| `{field}` | {_type(spec, components)} | {'yes' if field in required else ''} "
+                    f"| {default} | {_limits(spec)} | {desc} |"
+                )
+        elif "enum" in schema:
+            lines.append("Values: " + ", ".join(f"`{v}`" for v in schema["enum"]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def openapi_schema() -> dict:
+    from reward_server.app import build_app
+    from reward_server.engines import EngineConfig, load_engine
+    from reward_server.profiles import load_profile
+    from reward_server.service import ScoringService
+    from reward_server.settings import ServerSettings
+
+    settings = ServerSettings(engine="hf", decode_workers=0)
+    service = ScoringService(
+        settings, load_engine("hf", EngineConfig(model_path="unused")), load_profile(settings.backend)
+    )
+    try:
+        return build_app(service).openapi()
+    finally:
+        service.decoder.shutdown()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = render(openapi_schema())
+    if args.check:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT} is out of date: run python scripts/gen_api_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
