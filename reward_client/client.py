@@ -117,6 +117,15 @@ class _Base:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.attempts = 0  # requests sent, retries included (for logs and tests)
 
+    def _ready(self, health: HealthResponse) -> bool:
+        """True when the server serves; a server that reports `failed` will not recover by waiting."""
+        if health.status == "failed":
+            raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
+        return health.status == "ok"
+
+    def _not_ready(self, timeout_s: float, last: str) -> RewardUnavailable:
+        return RewardUnavailable(f"reward server at {self.base_url} not ready after {timeout_s:g} s (last: {last})")
+
     def _timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.policy.timeout_s, connect=self.policy.connect_timeout_s)
 
@@ -189,15 +198,13 @@ class RewardClient(_Base):
         while time.monotonic() < deadline:
             try:
                 health = self.health()
-                if health.status == "ok":
+                if self._ready(health):
                     return health
-                if health.status == "failed":
-                    raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
                 last = health.status
             except (httpx.TransportError, RewardServerError) as exc:
-                last = f"{type(exc).__name__}"
+                last = type(exc).__name__
             time.sleep(poll_s)
-        raise RewardUnavailable(f"reward server at {self.base_url} not ready after {timeout_s:g} s (last: {last})")
+        raise self._not_ready(timeout_s, last)
 
     def close(self) -> None:
         self._http.close()
@@ -247,15 +254,13 @@ class AsyncRewardClient(_Base):
         while time.monotonic() < deadline:
             try:
                 health = await self.health()
-                if health.status == "ok":
+                if self._ready(health):
                     return health
-                if health.status == "failed":
-                    raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
                 last = health.status
             except (httpx.TransportError, RewardServerError) as exc:
-                last = f"{type(exc).__name__}"
+                last = type(exc).__name__
             await asyncio.sleep(poll_s)
-        raise RewardUnavailable(f"reward server at {self.base_url} not ready after {timeout_s:g} s (last: {last})")
+        raise self._not_ready(timeout_s, last)
 
     async def aclose(self) -> None:
         await self._http.aclose()
