@@ -148,7 +148,6 @@ def serve(settings: ServerSettings) -> int:
             enforce_eager=settings.enforce_eager,
             cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
             seed=settings.seed,
-            max_batch_size=settings.max_batch_size,
         ),
     )
     exit_code = 0

@@ -49,10 +49,11 @@ def _loads(body: bytes):
         return json.loads(body)
 
 
-def _validation_message(exc: ValidationError) -> str:
+def validation_message(errors: list) -> str:
+    """One line naming each failing field and what is wrong with it (pydantic's error list)."""
     parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "body"
+    for err in errors:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         msg = "unknown field (not part of the API)" if err.get("type") == "extra_forbidden" else err.get("msg", "")
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts) or "invalid request body"
@@ -66,7 +67,7 @@ def _parse(model: type[BaseModel], body: bytes) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidBody(_validation_message(exc)) from None
+        raise InvalidBody(validation_message(exc.errors())) from None
 
 
 def frames_for(req: ScoreRequest, roots: Sequence[str]) -> np.ndarray:

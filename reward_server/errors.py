@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from reward_client.protocol import ErrorBody, ItemError
 from reward_server.batching import QueueFull
-from reward_server.decoding import InvalidBody
+from reward_server.decoding import InvalidBody, validation_message
 from reward_server.engines.base import EngineDead
 from reward_server.profiles import UnknownBackend, UnsupportedOption
 from reward_server.video import PathNotAllowed, VideoError
@@ -84,24 +84,13 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(ErrorBody(error=error).model_dump(), status_code=status, headers=headers)
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field (not part of the API)"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts) or "invalid request body"
-
-
 def install_handlers(app: FastAPI) -> None:
     async def handle(_: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
 
     async def handle_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        body = ErrorBody(error=ItemError(type="invalid_request", message=_validation_message(exc)))
-        return JSONResponse(body.model_dump(), status_code=422)
+        # routes read their bodies themselves (decoding.py); this covers anything FastAPI validates
+        return error_response(InvalidBody(validation_message(exc.errors())))
 
     app.add_exception_handler(RequestValidationError, handle_validation)
     for cls, _, _ in _CLASSES:

@@ -27,7 +27,6 @@ class EngineConfig:
     enforce_eager: bool = False
     cpu_kv_cache_gib: float | None = None
     seed: int = 0
-    max_batch_size: int = 64
     extra: dict = field(default_factory=dict)
 
 
