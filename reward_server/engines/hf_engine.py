@@ -35,6 +35,12 @@ class HFEngine(Engine):
 
     def _load(self) -> None:
         import torch
+
+        if self.config.data_parallel_size > 1 or self.config.tensor_parallel_size > 1:
+            raise ValueError(
+                "the transformers engine runs one model on one device; "
+                "use --engine vllm for --data-parallel-size / --tensor-parallel-size > 1"
+            )
         from transformers import AutoModelForImageTextToText
 
         c = self.config

@@ -68,6 +68,7 @@ class VllmEngine(Engine):
             model=c.model_path,
             dtype=c.dtype,
             tensor_parallel_size=c.tensor_parallel_size,
+            data_parallel_size=c.data_parallel_size,
             gpu_memory_utilization=c.gpu_memory_utilization,
             max_num_seqs=c.max_num_seqs,
             limit_mm_per_prompt={"image": 2, "video": 1},
