@@ -103,13 +103,9 @@ def parse_settings(argv: list[str] | None = None) -> ServerSettings:
     return settings
 
 
-def serve(settings: ServerSettings) -> int:
-    """Run the server until it is stopped; returns the process exit code."""
-    import uvicorn
-
-    from reward_server.app import build_app
+def build_service(settings: ServerSettings, on_failure=None):
+    """The scoring service these settings describe (profile + engine), not yet started."""
     from reward_server.engines import EngineConfig, load_engine
-    from reward_server.lifecycle import DrainingServer
     from reward_server.profiles import SamplingDefaults, load_profile
     from reward_server.service import ScoringService
 
@@ -151,6 +147,16 @@ def serve(settings: ServerSettings) -> int:
             seed=settings.seed,
         ),
     )
+    return ScoringService(settings, engine, profile, on_failure=on_failure)
+
+
+def serve(settings: ServerSettings) -> int:
+    """Run the server until it is stopped; returns the process exit code."""
+    import uvicorn
+
+    from reward_server.app import build_app
+    from reward_server.lifecycle import DrainingServer
+
     exit_code = 0
     server: uvicorn.Server | None = None
 
@@ -160,7 +166,7 @@ def serve(settings: ServerSettings) -> int:
         if server is not None:
             server.should_exit = True  # a supervisor restarts a process that exits non-zero
 
-    service = ScoringService(settings, engine, profile, on_failure=on_failure)
+    service = build_service(settings, on_failure)
     app = build_app(service)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     server = DrainingServer(config, service, settings.shutdown_timeout_s)
@@ -169,6 +175,11 @@ def serve(settings: ServerSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve-ray"]:
+        from reward_server.ray_serve import main as serve_ray
+
+        return serve_ray(argv[1:])
     settings = parse_settings(argv)
     if settings.gpu_ids is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = settings.gpu_ids

@@ -2,7 +2,8 @@
 # Benchmarks on a lent GPU machine (device tool), after vLLM was staged there with
 # ../shared/gpu/prepare_vllm_carry.sh (three carries; see docs/performance.md).
 #
-#   bash scripts/gpu/bench_gpu.sh vllm|vllm-default|hf      results go to $OUT (default /tmp/out)
+#   bash scripts/gpu/bench_gpu.sh vllm|vllm-default|hf|dp   results go to $OUT (default /tmp/out)
+#   (dp: 1 vs 2 data-parallel engine ranks, on a 2-GPU machine)
 #
 # Builds a random-weight checkpoint with Qwen2.5-VL-7B's shapes (once per machine), then runs the
 # raw engine and the server through the same workload: 16 frames of 256x256 per episode,
@@ -25,6 +26,12 @@ case "${1:?vllm, vllm-default or hf}" in
   vllm-default)
     python3 -m reward_server.bench --launch "$SERVER --engine vllm" --n 64 --styles logprob \
       --no-sequential --out "$OUT/server_vllm_default.json" 2>"$OUT/server_vllm_default.log"
+    ;;
+  dp)
+    for dp in 1 2; do
+      python3 -m reward_server.bench --launch "$SERVER --engine vllm $TUNED --data-parallel-size $dp --max-batch-size 128" \
+        --n 64 128 --styles logprob gen256 --no-sequential --repeats 1 --out "$OUT/server_dp$dp.json" 2>"$OUT/server_dp$dp.log"
+    done
     ;;
   hf)
     python3 -m reward_server.bench_raw --engine hf --model-path $CKPT --n 1 8 64 --styles logprob gen256 \
