@@ -190,7 +190,6 @@ class ScoringService:
         prepared = time.perf_counter()
         engine_request = self.profile.build(req.task_text, video, kwargs, score_mode)
         engine_request.request_id = uuid.uuid4().hex  # clients may reuse their own ids; the engine may not
-        self.metrics.queue_depth.set(self.batcher.queued + 1)
         output, queue_ms = await self.batcher.submit(engine_request)
         parsed = self.profile.parse(output, score_mode)
         total = time.perf_counter() - started

@@ -60,32 +60,24 @@ def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_d
     return server
 
 
+def _served(flags: list[str], checkpoint: str, video_dir: Path, tmp_path_factory):
+    server = start_server(flags, checkpoint, video_dir, tmp_path_factory.mktemp("logs"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tiny_checkpoint, video_dir, tmp_path_factory):
     """The vllm engine with the Qwen profile; batches wait 300 ms so concurrent requests meet."""
-    server = start_server(
-        ["--engine", "vllm", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory.mktemp("logs")
-    )
-    yield server
-    server.stop()
+    yield from _served(["--engine", "vllm", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def hf_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    server = start_server(
-        ["--engine", "hf", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory.mktemp("logs")
-    )
-    yield server
-    server.stop()
+    yield from _served(["--engine", "hf", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def primo_hf_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    server = start_server(
-        ["--engine", "hf", "--backend", "PRIMO-R1", "--max-tokens", "8"],
-        tiny_checkpoint,
-        video_dir,
-        tmp_path_factory.mktemp("logs"),
-    )
-    yield server
-    server.stop()
+    flags = ["--engine", "hf", "--backend", "PRIMO-R1", "--max-tokens", "8"]
+    yield from _served(flags, tiny_checkpoint, video_dir, tmp_path_factory)

@@ -308,48 +308,23 @@ def test_64_envs_ending_together_make_one_batch_request(libero_python, rlinf_tre
     assert np.allclose(rewards[:, -1], r["reward_coef"] * scores) and not rewards[:, :-1].any()
 
 
+def _with_dead_server(libero_python: str, rlinf_trees: dict, out: Path, *flags: str) -> dict:
+    """The 64-env stand-in rollout against a port where no reward server listens."""
+    dead = ("--url", "http://127.0.0.1:9", "--max-steps", "2", "--wait-ready-s", "0", "--deadline-s", "2")
+    return _driver(libero_python, "many", rlinf_trees["patched"], rlinf_trees["config"], out, *dead, *flags)
+
+
 @pytest.mark.libero
 def test_unreachable_server_fails_fast_when_asked(libero_python, rlinf_trees, tmp_path):
-    r = _driver(
-        libero_python,
-        "many",
-        rlinf_trees["patched"],
-        rlinf_trees["config"],
-        tmp_path / "dead.json",
-        "--url",
-        "http://127.0.0.1:9",
-        "--max-steps",
-        "2",
-        "--wait-ready-s",
-        "0",
-        "--deadline-s",
-        "2",
-    )
+    r = _with_dead_server(libero_python, rlinf_trees, tmp_path / "dead.json")
     assert r["error"] and "VLM reward request for 64 episodes failed" in r["error"]
     assert "fail_on_request_error: False" in r["error"]
 
 
 @pytest.mark.libero
 def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_trees, tmp_path):
-    r = _driver(
-        libero_python,
-        "many",
-        rlinf_trees["patched"],
-        rlinf_trees["config"],
-        tmp_path / "fallback.json",
-        "--url",
-        "http://127.0.0.1:9",
-        "--max-steps",
-        "2",
-        "--wait-ready-s",
-        "0",
-        "--deadline-s",
-        "2",
-        "--fail-on-request-error",
-        "False",
-        "--fallback",
-        "env_success",
-    )
+    fallback = ("--fail-on-request-error", "False", "--fallback", "env_success")
+    r = _with_dead_server(libero_python, rlinf_trees, tmp_path / "fallback.json", *fallback)
     assert r["error"] is None
     assert r["counts"]["fallbacks"] == 64 and r["counts"]["request_errors"] == 1
     assert r["episode"]["vlm_fallback"] == [1.0] * 64
