@@ -18,14 +18,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 from pydantic import ValidationError
 
+from reward_client import raw_batch
 from reward_client.protocol import (
     BatchItem,
     BatchScoreRequest,
     BatchScoreResponse,
     ErrorBody,
     HealthResponse,
+    ScoreOptions,
     ScoreRequest,
     ScoreResponse,
 )
@@ -89,7 +92,43 @@ def _dumps(body: dict) -> bytes:
         return json.dumps(body).encode()
 
 
-JSON_HEADERS = {"content-type": "application/json"}
+_CHUNK = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Body:
+    """A request body as buffers, sent in chunks of at most 4 MiB.
+
+    httpx handed one large bytes object sends it about 4x slower than the same bytes as chunks
+    (measured: 192 MiB in 1.7 s vs 0.4 s on loopback), and chunks let the raw batch go out
+    straight from the episodes' arrays. Built once per call, replayed on every retry."""
+
+    parts: tuple[bytes | memoryview, ...]
+    content_type: str
+
+    @classmethod
+    def json(cls, body: dict) -> _Body:
+        return cls((_dumps(body),), "application/json")
+
+    @property
+    def length(self) -> int:
+        return sum(memoryview(p).nbytes for p in self.parts)
+
+    def headers(self) -> dict[str, str]:
+        return {"content-type": self.content_type, "content-length": str(self.length)}
+
+    def stream(self):
+        for part in self.parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), _CHUNK):
+                yield view[start : start + _CHUNK]
+
+    async def astream(self):
+        for chunk in self.stream():
+            yield chunk
+
+
+Episode = tuple[ScoreOptions, "np.ndarray | str"]  # frames [T, H, W, 3] uint8, or a server-side video path
 
 
 def _raise_for_answer(response: httpx.Response) -> None:
@@ -130,7 +169,7 @@ class _Base:
     def _endpoint(self) -> str:
         return self.base_urls[next(self._turn) % len(self.base_urls)]
 
-    def _chunks(self, requests: Sequence[ScoreRequest], split: bool) -> list[tuple[int, list[ScoreRequest]]]:
+    def _chunks(self, requests: Sequence, split: bool) -> list[tuple[int, list]]:
         """(offset, requests) per replica when splitting, else one chunk."""
         parts = min(len(self.base_urls), len(requests)) if split else 1
         size = -(-len(requests) // max(parts, 1))
@@ -177,6 +216,14 @@ def _final(response: httpx.Response) -> bool:
     return True
 
 
+def _json_batch(requests: list[ScoreRequest]) -> _Body:
+    return _Body.json(BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True))
+
+
+def _raw_batch(episodes: list[Episode]) -> _Body:
+    return _Body(tuple(raw_batch.encode(episodes).parts), raw_batch.CONTENT_TYPE)
+
+
 class RewardClient(_Base):
     """Blocking client; one instance per process (it pools connections)."""
 
@@ -184,13 +231,14 @@ class RewardClient(_Base):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.Client(timeout=self._timeout(), headers=self.headers)
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+    def _request(self, method: str, path: str, body: _Body) -> httpx.Response:
         attempts = _Attempts(self, path)
-        content = _dumps(body) if body is not None else None  # encoded once, whatever the retries
         while True:
             self.attempts += 1
             try:
-                response = self._http.request(method, self._endpoint() + path, content=content, headers=JSON_HEADERS)
+                response = self._http.request(
+                    method, self._endpoint() + path, content=body.stream(), headers=body.headers()
+                )
                 if _final(response):
                     return response
                 pause = attempts.failed(_retry_after(response), f"HTTP {response.status_code}")
@@ -199,21 +247,29 @@ class RewardClient(_Base):
             time.sleep(pause)
 
     def score(self, request: ScoreRequest) -> ScoreResponse:
-        response = self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
-        return _parse(ScoreResponse, response)
+        body = _Body.json(request.model_dump(mode="json", exclude_none=True))
+        return _parse(ScoreResponse, self._request("POST", "/score", body))
 
-    def _batch(self, offset: int, requests: list[ScoreRequest]) -> list[BatchItem]:
-        body = BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True)
+    def _batch(self, offset: int, body: _Body) -> list[BatchItem]:
         items = _parse(BatchScoreResponse, self._request("POST", "/score/batch", body)).results
         return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
-        """Score many episodes; with several servers the batch is split across them (split=True)."""
-        chunks = self._chunks(requests, split)
+    def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+        chunks = [(offset, encode(part)) for offset, part in self._chunks(items, split)]
         if len(chunks) == 1:
             return self._batch(*chunks[0])
         with ThreadPoolExecutor(len(chunks)) as pool:
             return [item for part in pool.map(lambda c: self._batch(*c), chunks) for item in part]
+
+    def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
+        """Score many episodes (JSON bodies); with several servers the batch is split across them."""
+        return self._split(requests, split, _json_batch)
+
+    def score_episodes(self, episodes: Sequence[Episode], split: bool = True) -> list[BatchItem]:
+        """Score many episodes given as (options, frames or server-side video path), in one raw
+        batch body per server: frames travel as bytes straight from their arrays (the fastest
+        way to send an episode; see reward_client/raw_batch.py)."""
+        return self._split(episodes, split, _raw_batch)
 
     def health(self, url: str | None = None) -> HealthResponse:
         response = self._http.get((url or self._endpoint()) + "/health")
@@ -251,14 +307,13 @@ class AsyncRewardClient(_Base):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.AsyncClient(timeout=self._timeout(), headers=self.headers)
 
-    async def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+    async def _request(self, method: str, path: str, body: _Body) -> httpx.Response:
         attempts = _Attempts(self, path)
-        content = _dumps(body) if body is not None else None
         while True:
             self.attempts += 1
             try:
                 response = await self._http.request(
-                    method, self._endpoint() + path, content=content, headers=JSON_HEADERS
+                    method, self._endpoint() + path, content=body.astream(), headers=body.headers()
                 )
                 if _final(response):
                     return response
@@ -268,18 +323,25 @@ class AsyncRewardClient(_Base):
             await asyncio.sleep(pause)
 
     async def score(self, request: ScoreRequest) -> ScoreResponse:
-        response = await self._request("POST", "/score", request.model_dump(mode="json", exclude_none=True))
-        return _parse(ScoreResponse, response)
+        body = _Body.json(request.model_dump(mode="json", exclude_none=True))
+        return _parse(ScoreResponse, await self._request("POST", "/score", body))
 
-    async def _batch(self, offset: int, requests: list[ScoreRequest]) -> list[BatchItem]:
-        body = BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True)
+    async def _batch(self, offset: int, body: _Body) -> list[BatchItem]:
         items = _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body)).results
         return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    async def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
-        """Score many episodes; with several servers the batch is split across them (split=True)."""
-        parts = await asyncio.gather(*(self._batch(*c) for c in self._chunks(requests, split)))
+    async def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+        chunks = [(offset, encode(part)) for offset, part in self._chunks(items, split)]
+        parts = await asyncio.gather(*(self._batch(*c) for c in chunks))
         return [item for part in parts for item in part]
+
+    async def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
+        """Score many episodes (JSON bodies); with several servers the batch is split across them."""
+        return await self._split(requests, split, _json_batch)
+
+    async def score_episodes(self, episodes: Sequence[Episode], split: bool = True) -> list[BatchItem]:
+        """Score (options, frames or server-side video path) pairs in raw batch bodies (see RewardClient)."""
+        return await self._split(episodes, split, _raw_batch)
 
     async def health(self, url: str | None = None) -> HealthResponse:
         return _parse(HealthResponse, await self._http.get((url or self._endpoint()) + "/health"))

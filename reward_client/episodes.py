@@ -13,15 +13,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reward_client.frames import QWEN2_5_VL, FrameSpec
 
-def even_count(nframes: int) -> int:
-    """Qwen2.5-VL takes frames in pairs: the count a server will use for this request."""
-    return max(2, nframes + nframes % 2)
+
+def even_count(nframes: int, spec: FrameSpec = QWEN2_5_VL) -> int:
+    """The frame count a server will use for a request of nframes (Qwen2.5-VL: pairs)."""
+    return spec.frame_count(nframes)
 
 
 class EpisodeBuffer:
-    def __init__(self, nframes: int, frame_shape: tuple[int, int, int]):
-        self.nframes = even_count(nframes)
+    """Frames of one episode; `frames()` picks the steps the server's FrameSpec would pick from
+    the whole episode (`FrameSpec.pick_steps`), each replaced by the nearest step still held."""
+
+    def __init__(self, nframes: int, frame_shape: tuple[int, int, int], spec: FrameSpec = QWEN2_5_VL):
+        self.spec = spec
+        self.nframes = even_count(nframes, spec)
         self.capacity = 2 * self.nframes - 1
         self._slots = np.empty((self.capacity + 1, *frame_shape), dtype=np.uint8)  # last slot: latest frame
         self._latest = self.capacity
@@ -68,7 +74,7 @@ class EpisodeBuffer:
         if len(candidates) <= self.nframes:
             return candidates
         steps = np.array([step for step, _ in candidates])
-        picks = {int(np.abs(steps - t).argmin()) for t in np.linspace(0, last, self.nframes)}
+        picks = {int(np.abs(steps - t).argmin()) for t in self.spec.pick_steps(self.length, self.nframes)}
         return [candidates[i] for i in sorted(picks)]
 
     def frames(self) -> np.ndarray:
@@ -83,15 +89,16 @@ class EpisodeBuffer:
 class EpisodeBuffers:
     """One EpisodeBuffer per env, created on the first frame (the frame size is known then)."""
 
-    def __init__(self, num_envs: int, nframes: int):
+    def __init__(self, num_envs: int, nframes: int, spec: FrameSpec = QWEN2_5_VL):
         self.num_envs = num_envs
         self.nframes = nframes
+        self.spec = spec
         self._buffers: list[EpisodeBuffer | None] = [None] * num_envs
 
     def _buffer(self, env: int, frame: np.ndarray) -> EpisodeBuffer:
         buf = self._buffers[env]
         if buf is None or buf.frame_shape != frame.shape:
-            buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape)
+            buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape, self.spec)
         return buf
 
     def start(self, env_ids: Sequence[int], first_frames: np.ndarray) -> None:

@@ -61,6 +61,15 @@ def _b64decode(data: str) -> bytes:
         return base64.b64decode(data, validate=True)
 
 
+def _rgb_shape(shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    t, h, w, c = shape
+    if c != 3:
+        raise ValueError(f"frames must be RGB with 3 channels, got {c} channels")
+    if t < 1 or h < 1 or w < 1:
+        raise ValueError(f"frames shape must be positive, got {list(shape)}")
+    return shape
+
+
 class InlineFrames(BaseModel):
     """Raw RGB frames, uint8, C-order, shape [T, H, W, 3], base64-encoded.
 
@@ -75,12 +84,7 @@ class InlineFrames(BaseModel):
     @field_validator("shape")
     @classmethod
     def _check_shape(cls, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        t, h, w, c = shape
-        if c != 3:
-            raise ValueError(f"frames must be RGB with 3 channels, got {c} channels")
-        if t < 1 or h < 1 or w < 1:
-            raise ValueError(f"frames shape must be positive, got {list(shape)}")
-        return shape
+        return _rgb_shape(shape)
 
     @model_validator(mode="after")
     def _check_size(self) -> InlineFrames:
@@ -138,19 +142,18 @@ class BackendKwargs(BaseModel):
     return_prompt: bool = Field(default=False, description="Echo the rendered prompt in the response.")
 
 
-class ScoreRequest(BaseModel):
-    """One finished episode to judge. Exactly one video source must be given."""
+def _no_nul(value: str | None) -> str | None:
+    if value is not None and "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+class ScoreOptions(BaseModel):
+    """What to ask about one episode, whatever carries its video."""
 
     model_config = ConfigDict(extra="forbid")
 
     task_text: str = Field(min_length=1, max_length=MAX_TASK_TEXT_CHARS, description="The task instruction.")
-    video_path: str | None = Field(
-        default=None,
-        max_length=4096,
-        description="A video file on the server's filesystem, under one of its allowed roots.",
-    )
-    video_b64: str | None = Field(default=None, description="An encoded video file (e.g. MP4), base64.")
-    frames: InlineFrames | None = Field(default=None, description="Raw RGB frames, inline.")
     nframes: int = Field(
         default=DEFAULT_NFRAMES,
         ge=1,
@@ -164,7 +167,7 @@ class ScoreRequest(BaseModel):
         le=MAX_MAX_PIXELS,
         description="Upper bound of H*W per frame; frames are resized to multiples of 28.",
     )
-    backend: str | None = Field(default=None, description="Must name the server's backend when given.")
+    backend: str | None = Field(default=None, max_length=128, description="Must name the server's backend when given.")
     backend_kwargs: BackendKwargs = Field(default_factory=BackendKwargs)
     request_id: str | None = Field(default=None, max_length=128)
 
@@ -180,6 +183,23 @@ class ScoreRequest(BaseModel):
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else value
 
+
+class ScoreRequest(ScoreOptions):
+    """One finished episode to judge (JSON body). Exactly one video source must be given."""
+
+    video_path: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="A video file on the server's filesystem, under one of its allowed roots.",
+    )
+    video_b64: str | None = Field(default=None, description="An encoded video file (e.g. MP4), base64.")
+    frames: InlineFrames | None = Field(default=None, description="Raw RGB frames, inline.")
+
+    @field_validator("video_path")
+    @classmethod
+    def _path_has_no_nul(cls, value: str | None) -> str | None:
+        return _no_nul(value)
+
     @model_validator(mode="after")
     def _one_video_source(self) -> ScoreRequest:
         given = [name for name in ("video_path", "video_b64", "frames") if getattr(self, name) is not None]
@@ -191,11 +211,58 @@ class ScoreRequest(BaseModel):
         return self
 
 
+class FramesRef(BaseModel):
+    """Raw RGB uint8 frames [T, H, W, 3], C-order, at `offset` in a raw batch body's payload."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: tuple[int, int, int, int] = Field(description="[T, H, W, 3]")
+    offset: int = Field(ge=0, description="byte offset into the payload")
+
+    @field_validator("shape")
+    @classmethod
+    def _check_shape(cls, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        return _rgb_shape(shape)
+
+    @property
+    def nbytes(self) -> int:
+        t, h, w, c = self.shape
+        return t * h * w * c
+
+
+class RawScoreItem(ScoreOptions):
+    """One episode of a raw batch body: its frames in the payload, or a server-side video_path."""
+
+    frames: FramesRef | None = None
+    video_path: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("video_path")
+    @classmethod
+    def _path_has_no_nul(cls, value: str | None) -> str | None:
+        return _no_nul(value)
+
+    @model_validator(mode="after")
+    def _one_video_source(self) -> RawScoreItem:
+        if (self.frames is None) == (self.video_path is None):
+            raise ValueError("exactly one of frames, video_path must be given")
+        return self
+
+
+class RawBatchHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[RawScoreItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
 class Timings(BaseModel):
-    queue_ms: float = 0.0
-    preprocess_ms: float = 0.0
-    engine_ms: float = 0.0
+    """Where one episode's time went, in milliseconds from the moment its request arrived."""
+
+    queue_ms: float = Field(0.0, description="waiting inside the engine before it was scheduled")
+    preprocess_ms: float = Field(0.0, description="arrival until the frames were model-ready (receive + prepare)")
+    engine_ms: float = Field(0.0, description="in the engine: input processing, queue, model")
     total_ms: float = 0.0
+    receive_ms: float = Field(0.0, description="arrival until this episode's bytes (or its body) had arrived")
+    prepare_ms: float = Field(0.0, description="parsing, decoding, picking and resizing its frames")
 
 
 class ScoreResponse(BaseModel):
@@ -242,12 +309,23 @@ class BatchScoreResponse(BaseModel):
 HealthStatus = Literal["ok", "loading", "draining", "failed"]
 
 
+class FrameSpecInfo(BaseModel):
+    """The frame layout the server's model wants (reward_client.frames.FrameSpec)."""
+
+    pixel_factor: int
+    temporal_factor: int
+    min_pixels: int
+    max_aspect_ratio: float
+
+
 class HealthResponse(BaseModel):
     status: HealthStatus
     backend: str
     engine: str
     model: str
     detail: str | None = None
+    score_modes: list[str] | None = Field(default=None, description="score modes this server offers")
+    frame_spec: FrameSpecInfo | None = None
 
 
 class ErrorBody(BaseModel):

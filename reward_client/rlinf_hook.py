@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
 from reward_client.episodes import EpisodeBuffers
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreMode, ScoreRequest
+from reward_client.protocol import BackendKwargs, InlineFrames, ScoreMode, ScoreOptions, ScoreRequest
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +43,13 @@ class RewardModelConfig(BaseModel):
     nframes: int = Field(16, ge=1, le=256)
     max_pixels: int = 256 * 28 * 28
     score_mode: ScoreMode | None = None
-    transport: Literal["inline", "video_path"] = Field(
-        "inline", description="inline raw frames, or an MP4 in video_dir (a filesystem the server also sees)"
+    transport: Literal["raw", "inline", "video_path"] = Field(
+        "raw",
+        description="raw: frames as bytes in one raw batch body (fastest); inline: base64 frames in JSON; "
+        "video_path: an MP4 in video_dir (a filesystem the server also sees)",
     )
     video_dir: str | None = Field(None, description="for transport video_path; default: <tmp>/rlinf_vlm_episodes")
-    keep_videos: bool = False
+    keep_videos: bool = Field(False, description="also write each judged episode's frames as an MP4 in video_dir")
     binary_reward: bool = False
     success_threshold: float = Field(0.5, ge=0.0, le=1.0)
     score_on_truncation: bool = True
@@ -92,7 +94,7 @@ class VLMRewardHook:
             "batches": 0,
         }
         self._video_dir = config.video_dir or os.path.join(tempfile.gettempdir(), "rlinf_vlm_episodes")
-        if config.transport == "video_path":
+        if config.transport == "video_path" or config.keep_videos:
             os.makedirs(self._video_dir, exist_ok=True)
         self._wait_for_server()
 
@@ -167,30 +169,42 @@ class VLMRewardHook:
 
     # --- judging ------------------------------------------------------------------------------
 
-    def _request(self, env: int, task: str) -> tuple[ScoreRequest, str | None]:
+    def _episode(self, env: int, task: str) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
+        """(options, frames or video path, file to delete afterwards) for one finished episode."""
         frames = self.buffers.frames(env)
-        common = dict(
+        options = ScoreOptions(
             task_text=task,
             nframes=self.config.nframes,
             max_pixels=self.config.max_pixels,
             backend=self.config.backend,
             backend_kwargs=BackendKwargs(score_mode=self.config.score_mode),
         )
-        if self.config.transport == "video_path":
+        if self.config.transport == "video_path" or self.config.keep_videos:
             from reward_client.video_io import write_mp4
 
             path = os.path.join(self._video_dir, f"{uuid.uuid4().hex}_env{env}.mp4")
             write_mp4(frames, path)
-            return ScoreRequest(video_path=path, **common), path
-        return ScoreRequest(frames=InlineFrames.from_array(frames), **common), None
+            if self.config.transport == "video_path":
+                return options, path, path
+        return options, frames, None
+
+    def _send(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]]):
+        if self.config.transport == "inline":
+            requests = [
+                ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(frames))
+                for options, frames in episodes
+            ]
+            return self.client.score_batch(requests)
+        return self.client.score_episodes(episodes)
 
     def _judge(self, envs: np.ndarray, tasks: Sequence[str], terminations: np.ndarray) -> None:
         started = time.perf_counter()
-        requests, paths = zip(*(self._request(int(e), str(tasks[e])) for e in envs), strict=True)
+        episodes = [self._episode(int(e), str(tasks[e])) for e in envs]
+        paths = [path for _, _, path in episodes]
         self.counts["episodes"] += len(envs)
         self.counts["batches"] += 1
         try:
-            items = self.client.score_batch(list(requests))
+            items = self._send([(options, video) for options, video, _ in episodes])
         except RewardClientError as exc:
             self.counts["request_errors"] += 1
             if self.config.fail_on_request_error:

@@ -1,26 +1,36 @@
-"""The HTTP layer: `build_app(service)` wires routes, error handlers and lifespan around a service."""
+"""The HTTP layer: `build_app(service)` wires routes, error handlers and lifespan around a service.
+
+Routes read their own bodies (body.py): admission is decided from Content-Length before any
+byte is read, raw batches are scored while they stream in, and a client that disconnects has
+its work cancelled. Authentication and request metrics are one plain ASGI middleware.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from reward_client import raw_batch
 from reward_client.protocol import (
     BatchScoreRequest,
     BatchScoreResponse,
     ErrorBody,
+    FrameSpecInfo,
     HealthResponse,
     ScoreRequest,
     ScoreResponse,
 )
+from reward_server.body import BodyReader, LengthRequired, cancel_on_disconnect
 from reward_server.errors import (
     RETRY_AFTER_S,
-    BodyTooLarge,
+    BadRequest,
     Unauthorized,
     UnsupportedMediaType,
     error_response,
@@ -30,18 +40,23 @@ from reward_server.service import ScoringService
 
 logger = logging.getLogger(__name__)
 
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 413, 415, 422, 500, 503, 504)}
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 408, 411, 413, 415, 422, 500, 503, 504)}
+JSON = "application/json"
 
 
-def _body_schema(model) -> dict:
-    """OpenAPI for a body the route reads itself (parsed off the event loop, validated by `model`)."""
-    name = model.__name__
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+def _body_schema(model, raw: bool = False) -> dict:
+    """OpenAPI for a body the route reads itself (validated by `model`)."""
+    content = {JSON: {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}
+    if raw:
+        content[raw_batch.CONTENT_TYPE] = {
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "description": "raw batch: b'RWB1', header length (uint32 LE), RawBatchHeader JSON, frame bytes "
+                "(reward_client/raw_batch.py)",
+            }
         }
-    }
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def _with_request_schemas(app: FastAPI, models: tuple) -> None:
@@ -64,6 +79,46 @@ def _with_request_schemas(app: FastAPI, models: tuple) -> None:
     app.openapi = openapi
 
 
+class AuthAndMetrics:
+    """Plain ASGI middleware: the API key check (all routes but /health) and request counting.
+    (Starlette's BaseHTTPMiddleware would wrap every body chunk and hide disconnects.)"""
+
+    def __init__(self, app, service: ScoringService):
+        self.app = app
+        self.service = service
+        key = service.settings.api_key
+        self.expected = key.encode() if key else None
+
+    def _authorized(self, scope) -> bool:
+        if self.expected is None or scope["path"] == "/health":
+            return True
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                # the scheme is case-insensitive (RFC 7235); the token is compared in constant time
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected)
+        return False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = {"code": 500}
+
+        async def send_counted(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            if not self._authorized(scope):
+                raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
+            await self.app(scope, receive, send_counted)
+        except Exception as exc:  # anything unexpected: a 500 without internals, logged by classify
+            await error_response(exc)(scope, receive, send_counted)
+        route = scope.get("route")
+        self.service.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status["code"])).inc()
+
+
 def build_app(service: ScoringService) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -78,72 +133,71 @@ def build_app(service: ScoringService) -> FastAPI:
     app = FastAPI(
         title="VLM reward server",
         description="Judges finished robot episodes with a vision-language model.",
-        version="0.1.0",
+        version="0.2.0",
         lifespan=lifespan,
     )
     app.state.service = service
     install_handlers(app)
+    settings = service.settings
+    max_body = int(settings.max_body_mb * 1024 * 1024)
 
-    expected_auth = f"Bearer {service.settings.api_key}" if service.settings.api_key else None
-
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next):
-        try:
-            if expected_auth and request.url.path != "/health":
-                given = request.headers.get("authorization", "")
-                if not hmac.compare_digest(given.encode(), expected_auth.encode()):
-                    raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
-            response = await call_next(request)
-        except Exception as exc:  # anything unexpected: a 500 without internals, logged here
-            response = error_response(exc)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        service.metrics.requests.labels(path, str(response.status_code)).inc()
-        return response
-
-    max_body = int(service.settings.max_body_mb * 1024 * 1024)
-
-    async def read_json_body(request: Request) -> bytes:
-        """The raw body, checked for type and size; parsing happens in the decoder pool."""
-        ctype = request.headers.get("content-type", "")
-        if ctype.split(";")[0].strip().lower() != "application/json":
-            raise UnsupportedMediaType(f"content-type must be application/json, got {ctype or 'none'!r}")
+    async def handle(request: Request, allowed: tuple[str, ...], work: Callable[..., Awaitable]) -> object:
+        """Check type and size, admit the body, read it while `work` runs, cancel on disconnect."""
+        started = time.perf_counter()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in allowed:
+            raise UnsupportedMediaType(f"content-type must be {' or '.join(allowed)}, got {ctype or 'none'!r}")
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise BodyTooLarge(f"body of {int(declared)} bytes exceeds the limit of {max_body} bytes (--max-body-mb)")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise BodyTooLarge(f"body exceeds the limit of {max_body} bytes (--max-body-mb)")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        if declared is not None and not declared.isdigit():
+            raise BadRequest(f"content-length {declared!r} is not a number")
+        length = int(declared) if declared is not None else None
+        if length is None and ctype == raw_batch.CONTENT_TYPE:
+            raise LengthRequired("a raw batch body needs a Content-Length header")
+        reader = BodyReader(request.receive, length, max_body, settings.body_timeout_s)
+        held = length if length is not None else max_body
+        service.admit_body(held)
+        try:
+            reader.start()
+            return await cancel_on_disconnect(work(reader, started, ctype), reader)
+        finally:
+            await reader.close()
+            service.release_body(held)
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, openapi_extra=_body_schema(ScoreRequest))
     async def score(request: Request) -> ScoreResponse:
         """Judge one finished episode."""
-        return await service.score_body(await read_json_body(request))
+        return await handle(request, (JSON,), lambda reader, started, _: service.score_json(reader, started))
 
     @app.post(
         "/score/batch",
         response_model=BatchScoreResponse,
         responses=_ERRORS,
-        openapi_extra=_body_schema(BatchScoreRequest),
+        openapi_extra=_body_schema(BatchScoreRequest, raw=True),
     )
     async def score_batch(request: Request) -> BatchScoreResponse:
-        """Judge many episodes together; a bad item is answered with its error, the others are scored."""
-        return await service.score_batch_body(await read_json_body(request))
+        """Judge many episodes together (JSON, or a raw batch of frames); a bad item is answered with
+        its error, the others are scored."""
+
+        async def work(reader: BodyReader, started: float, ctype: str) -> BatchScoreResponse:
+            if ctype == raw_batch.CONTENT_TYPE:
+                return await service.score_batch_raw(reader, started)
+            return await service.score_batch_json(reader, started)
+
+        return await handle(request, (JSON, raw_batch.CONTENT_TYPE), work)
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health() -> JSONResponse:
         """200 `ok` when the engine serves; 503 `loading`, `draining` or `failed` (never needs the API key)."""
         await service.check_health()
+        profile = service.profile
         body = HealthResponse(
             status=service.status,
             backend=service.backend,
             engine=service.engine.name,
             model=service.engine.model_name,
             detail=service.detail,
+            score_modes=profile.available_score_modes(),
+            frame_spec=FrameSpecInfo(**profile.frame_spec.to_dict()),
         )
         code = 200 if service.status == "ok" else 503
         headers = {"Retry-After": str(RETRY_AFTER_S)} if code == 503 else None
@@ -151,22 +205,24 @@ def build_app(service: ScoringService) -> FastAPI:
 
     @app.get("/metrics", response_class=Response)
     async def metrics() -> Response:
-        """Prometheus text: requests by route and code, episodes by parse status, batch sizes, latency."""
+        """Prometheus text: requests by route and code, episodes by parse status, latency, admission."""
         m = service.metrics
-        m.queue_depth.set(service.batcher.queued)
-        m.in_flight.set(service.batcher.in_flight)
+        m.episodes_in_progress.set(service.admission.episodes)
+        m.bytes_in_progress.set(service.admission.bytes)
+        m.engine_running.set(service.engine.stats.running)
+        m.decode_workers_replaced.set(service.pool.replaced)
         return Response(m.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/stats")
     async def stats() -> dict:
-        """Engine-level counters (batch sizes the engine saw); for tests and debugging."""
-        s = service.engine.stats
+        """Engine counters (requests, running, aborted, batches); for tests and debugging."""
         return {
-            "batches": s.batches,
-            "requests": s.requests,
-            "max_batch_size": s.max_batch_size,
-            "max_running": s.max_running,
+            **service.engine.stats.as_dict(),
+            "episodes_in_progress": service.admission.episodes,
+            "bytes_in_progress": service.admission.bytes,
+            "decode_workers_replaced": service.pool.replaced,
         }
 
     _with_request_schemas(app, (ScoreRequest, BatchScoreRequest))
+    app.add_middleware(AuthAndMetrics, service=service)
     return app

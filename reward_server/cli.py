@@ -13,7 +13,6 @@ import os
 import sys
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,9 +22,6 @@ from reward_server.profiles import ALIASES, PROFILES, UnknownBackend, canonical_
 from reward_server.settings import ServerSettings, load_yaml
 
 logger = logging.getLogger("reward_server")
-
-DEFAULT_CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
-TINY_CHECKPOINT_DIR = DEFAULT_CACHE / "tiny-qwen2_5_vl"
 
 _FLAG_NAMES = {"video_roots": "--video-root"}
 
@@ -68,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         annotation = field.annotation
         if annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-        elif name == "video_roots":
-            parser.add_argument(flag, dest=name, action="append", metavar="DIR", help=help_text)
+        elif typing.get_origin(annotation) is list:
+            metavar = "DIR" if name == "video_roots" else "KEY=VALUE"
+            parser.add_argument(flag, dest=name, action="append", metavar=metavar, help=help_text)
         else:
             choices = None
             literal = [a for a in typing.get_args(annotation) if typing.get_origin(a) is typing.Literal]
@@ -95,59 +92,13 @@ def parse_settings(argv: list[str] | None = None) -> ServerSettings:
     try:
         settings = ServerSettings(**merged)
         canonical_backend(settings.backend)
+        settings.engine_options()
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
-    except UnknownBackend as exc:
+    except (UnknownBackend, ValueError) as exc:  # unknown backend, malformed --engine-option
         parser.error(str(exc))
     return settings
-
-
-def build_service(settings: ServerSettings, on_failure=None):
-    """The scoring service these settings describe (profile + engine), not yet started."""
-    from reward_server.engines import EngineConfig, load_engine
-    from reward_server.profiles import SamplingDefaults, load_profile
-    from reward_server.service import ScoringService
-
-    backend = canonical_backend(settings.backend)
-    model_path = settings.model_path
-    if model_path is None:
-        from reward_server.tiny_checkpoint import ensure_checkpoint
-
-        model_path = str(ensure_checkpoint(TINY_CHECKPOINT_DIR))
-        logger.warning(
-            "no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", model_path
-        )
-
-    profile = load_profile(backend)
-    d = profile.sampling_defaults
-    profile = load_profile(
-        backend,
-        sampling=SamplingDefaults(
-            max_tokens=settings.max_tokens or d.max_tokens,
-            temperature=d.temperature if settings.temperature is None else settings.temperature,
-            top_p=settings.top_p or d.top_p,
-        ),
-        default_score_mode=settings.score_mode,
-    )
-    engine = load_engine(
-        settings.engine,
-        EngineConfig(
-            model_path=model_path,
-            dtype=settings.dtype,
-            tensor_parallel_size=settings.effective_tensor_parallel_size(backend),
-            data_parallel_size=settings.data_parallel_size,
-            max_model_len=settings.max_model_len,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            mm_encoder_attn_backend=settings.mm_encoder_attn_backend,
-            enforce_eager=settings.enforce_eager,
-            cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
-            seed=settings.seed,
-        ),
-    )
-    return ScoringService(settings, engine, profile, on_failure=on_failure)
 
 
 def serve(settings: ServerSettings) -> int:
@@ -155,7 +106,8 @@ def serve(settings: ServerSettings) -> int:
     import uvicorn
 
     from reward_server.app import build_app
-    from reward_server.lifecycle import DrainingServer
+    from reward_server.bootstrap import build_service
+    from reward_server.lifecycle import DrainingServer, server_config
 
     exit_code = 0
     server: uvicorn.Server | None = None
@@ -167,18 +119,29 @@ def serve(settings: ServerSettings) -> int:
             server.should_exit = True  # a supervisor restarts a process that exits non-zero
 
     service = build_service(settings, on_failure)
-    app = build_app(service)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
-    server = DrainingServer(config, service, settings.shutdown_timeout_s)
+    server = DrainingServer(server_config(build_app(service), settings), service, settings.shutdown_timeout_s)
     server.run()
     return exit_code
+
+
+def serve_ray(argv: list[str]) -> int:
+    """`python -m reward_server serve-ray [--num-replicas N ...] <server flags>`."""
+    parser = argparse.ArgumentParser(prog="python -m reward_server serve-ray", add_help=False)
+    parser.add_argument("--num-replicas", type=int, default=1)
+    parser.add_argument("--gpus-per-replica", type=float, default=1.0)
+    parser.add_argument("--cpus-per-replica", type=float, default=1.0)
+    parser.add_argument("--address", default=None, help="Ray cluster address ('auto': the running cluster)")
+    ours, rest = parser.parse_known_args(argv)
+    settings = parse_settings(rest)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from reward_server.ray_serve import RayServeOptions, serve_replicas
+
+    return serve_replicas(settings, RayServeOptions(**vars(ours)))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve-ray"]:
-        from reward_server.ray_serve import main as serve_ray
-
         return serve_ray(argv[1:])
     settings = parse_settings(argv)
     if settings.gpu_ids is not None:

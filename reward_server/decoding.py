@@ -1,52 +1,47 @@
-"""Request bodies -> validated requests + model-ready frames, off the event loop.
+"""Request bodies -> episodes with model-ready frames, never on the event loop, never serially.
 
-A request carries megabytes (16 raw 256x256 frames are 4 MB of base64). Parsing the JSON,
-validating it, decoding the frames and fitting them to the model grid costs ~10-15 ms of CPU
-per episode; in the server's own process that work would hold the GIL that vLLM's input
-processing needs. `Decoder` runs it in worker processes (or threads, for small setups) and
-sends back only the frames and the request without its video payload.
+Three ways frames arrive, each prepared where it is cheapest and safe:
+- raw batch bodies (reward_client.raw_batch): the header is parsed in a thread; each episode's
+  frames are used in place (a view of the body) and picked and resized in a thread as soon as
+  its bytes have arrived (OpenCV releases the GIL). No process hop, no copy of the body.
+- JSON bodies: parsed and validated in a decode worker process (a 256 MB JSON document would
+  hold the GIL for a second); inline frames come back decoded, and each episode is then
+  prepared on its own.
+- encoded videos (video_path, video_b64): decoded in a worker process, each on its own, within
+  the pool's time and memory budget (decode_pool.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import multiprocessing
-import os
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from reward_client.protocol import BatchScoreRequest, ScoreRequest
-from reward_server.video import (
-    decode_b64_video,
-    decode_video,
-    frames_from_inline,
-    prepare_frames,
-    resolve_video_path,
-)
+from reward_client.frames import FrameSpec
+from reward_client.protocol import BatchScoreRequest, ScoreOptions, ScoreRequest
+from reward_server.decode_pool import DecodePool
+from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, open_confined, pick_frames
 
 
 class InvalidBody(ValueError):
-    """The body is not valid JSON for this route, or fails validation; the message names the field."""
+    """The body is not valid for this route, or fails validation; the message names the field."""
+
+
+SourceKind = Literal["path", "encoded", "frames"]
 
 
 @dataclass
-class Decoded:
-    request: ScoreRequest  # without its inline video (already decoded into `video`)
-    video: np.ndarray | None
-    error: Exception | None = None  # a per-item problem (batch form): reported in the item's place
+class Source:
+    """One episode as parsed: its options, and where its video is (not yet model-ready)."""
 
-
-def _loads(body: bytes):
-    try:
-        import orjson
-
-        return orjson.loads(body)
-    except ImportError:
-        return json.loads(body)
+    options: ScoreOptions
+    kind: SourceKind
+    payload: str | bytes | np.ndarray
 
 
 def validation_message(errors: list) -> str:
@@ -59,7 +54,16 @@ def validation_message(errors: list) -> str:
     return "; ".join(parts) or "invalid request body"
 
 
-def _parse(model: type[BaseModel], body: bytes) -> BaseModel:
+def _loads(body: bytes | memoryview):
+    try:
+        import orjson
+
+        return orjson.loads(body)
+    except ImportError:
+        return json.loads(bytes(body))
+
+
+def _validate(model: type[BaseModel], body: bytes) -> BaseModel:
     try:
         data = _loads(body)
     except ValueError as exc:
@@ -70,46 +74,79 @@ def _parse(model: type[BaseModel], body: bytes) -> BaseModel:
         raise InvalidBody(validation_message(exc.errors())) from None
 
 
-def frames_for(req: ScoreRequest, roots: Sequence[str]) -> np.ndarray:
-    """The episode's frames, sampled to req.nframes (normalized) and fitted to req.max_pixels."""
+def _source(req: ScoreRequest) -> Source | VideoError:
+    options = ScoreOptions.model_construct(**{name: getattr(req, name) for name in ScoreOptions.model_fields})
     if req.video_path is not None:
-        frames = decode_video(resolve_video_path(req.video_path, roots))
-    elif req.video_b64 is not None:
-        frames = decode_b64_video(req.video_b64)
-    else:
-        assert req.frames is not None
-        frames = frames_from_inline(req.frames)
-    return prepare_frames(frames, req.nframes, req.max_pixels)
+        return Source(options, "path", req.video_path)
+    if req.video_b64 is not None:
+        import pybase64
 
-
-def _decode_item(req: ScoreRequest, roots: Sequence[str]) -> Decoded:
-    light = req.model_copy(update={"frames": None, "video_b64": None})
+        try:
+            raw = pybase64.b64decode(req.video_b64, validate=True)
+        except ValueError:
+            return VideoError("video_b64 is not valid base64")
+        return Source(options, "encoded", raw) if raw else VideoError("video_b64 is empty")
+    assert req.frames is not None
     try:
-        return Decoded(light, frames_for(req, roots))
-    except ValueError as exc:  # VideoError and friends: the item's own problem
-        return Decoded(light, None, exc)
+        raw = req.frames.decode()
+    except ValueError as exc:
+        return VideoError(str(exc))
+    return Source(options, "frames", np.frombuffer(raw, dtype=np.uint8).reshape(req.frames.shape))
 
 
-def decode_score(body: bytes, roots: Sequence[str]) -> Decoded:
-    return _decode_item(_parse(ScoreRequest, body), roots)
+# --- run in decode workers ----------------------------------------------------------------------
 
 
-def decode_batch(body: bytes, roots: Sequence[str]) -> list[Decoded]:
-    batch = _parse(BatchScoreRequest, body)
-    return [_decode_item(req, roots) for req in batch.requests]
+def parse_score_json(body: bytes) -> Source | VideoError:
+    return _source(_validate(ScoreRequest, body))
 
 
-class Decoder:
-    """Runs decode_score / decode_batch in a pool; processes unless workers == 0 (threads)."""
+def parse_batch_json(body: bytes) -> list[Source | VideoError]:
+    return [_source(req) for req in _validate(BatchScoreRequest, body).requests]
 
-    def __init__(self, workers: int, roots: Sequence[str]):
+
+def decode_media(
+    kind: SourceKind,
+    payload: str | bytes,
+    nframes: int,
+    max_pixels: int,
+    spec: FrameSpec,
+    roots: Sequence[str],
+    limits: DecodeLimits,
+) -> np.ndarray:
+    """Model-ready frames of an encoded video (a confined path, or the file's bytes)."""
+    if kind == "path":
+        assert isinstance(payload, str)
+        with open_confined(payload, roots, limits.max_file_bytes) as fh:
+            frames = decode_frames(fh, nframes, spec, limits)
+    else:
+        assert isinstance(payload, bytes)
+        frames = decode_frames(payload, nframes, spec, limits)
+    return fit_frames(frames, max_pixels, spec)
+
+
+# --- in the server process ----------------------------------------------------------------------
+
+
+def prepare_raw(frames: np.ndarray, nframes: int, max_pixels: int, spec: FrameSpec) -> np.ndarray:
+    """Model-ready frames from raw frames (in a thread: picking copies, resizing releases the GIL)."""
+    return np.ascontiguousarray(fit_frames(pick_frames(frames, nframes, spec), max_pixels, spec))
+
+
+class Preparer:
+    """Turns parsed sources into model-ready frames, in the right place for each kind."""
+
+    def __init__(self, pool: DecodePool, spec: FrameSpec, roots: Sequence[str], limits: DecodeLimits):
+        self.pool = pool
+        self.spec = spec
         self.roots = list(roots)
-        self.pool: Executor
-        if workers > 0:
-            # spawn: never fork a process that holds CUDA contexts or vLLM's threads
-            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        else:
-            self.pool = ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="decode")
+        self.limits = limits
 
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+    async def frames(self, source: Source) -> np.ndarray:
+        o = source.options
+        if source.kind == "frames":
+            assert isinstance(source.payload, np.ndarray)
+            return await asyncio.to_thread(prepare_raw, source.payload, o.nframes, o.max_pixels, self.spec)
+        return await self.pool.run(
+            decode_media, source.kind, source.payload, o.nframes, o.max_pixels, self.spec, self.roots, self.limits
+        )

@@ -89,3 +89,5 @@ class EngineOutput:
     logprob_positive: float | None = None  # logprob mode: log P(candidates[0])
     logprob_negative: float | None = None  # logprob mode: log P(candidates[1])
     engine_ms: float = 0.0
+    queue_ms: float = 0.0  # waiting inside the engine before being scheduled, where the engine says
+    started: float = 0.0  # perf_counter when the engine began this request's computation

@@ -9,11 +9,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from reward_client.protocol import ErrorBody, ItemError
-from reward_server.batching import QueueFull
+from reward_server.admission import Overloaded, TooMuchForServer
+from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
+from reward_server.decode_pool import WorkerDied
 from reward_server.decoding import InvalidBody, validation_message
-from reward_server.engines.base import EngineDead
+from reward_server.engines.base import AnswerWordsUnsupported, EngineDead
 from reward_server.profiles import UnknownBackend, UnsupportedOption
-from reward_server.video import PathNotAllowed, VideoError
+from reward_server.video import PathNotAllowed, VideoError, VideoTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -24,10 +26,6 @@ class BadRequest(ValueError):
     """The request cannot be served as sent; the message says what to change."""
 
     type = "bad_request"
-
-
-class BodyTooLarge(ValueError):
-    pass
 
 
 class UnsupportedMediaType(ValueError):
@@ -55,16 +53,23 @@ _CLASSES: list[tuple[type[BaseException], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
     (InvalidBody, 422, "invalid_request"),
     (BodyTooLarge, 413, "body_too_large"),
+    (TooMuchForServer, 413, "request_too_large"),
+    (LengthRequired, 411, "length_required"),
+    (BodyTimeout, 408, "body_timeout"),
     (UnsupportedMediaType, 415, "unsupported_media_type"),
     (PathNotAllowed, 403, "path_not_allowed"),
+    (VideoTooLarge, 413, "video_too_large"),
     (VideoError, 400, "invalid_video"),
+    (WorkerDied, 400, "invalid_video"),
     (UnknownBackend, 400, "unknown_backend"),
+    (AnswerWordsUnsupported, 400, "unsupported_option"),
     (UnsupportedOption, 400, "unsupported_option"),
     (BadRequest, 400, "bad_request"),
-    (QueueFull, 503, "overloaded"),
+    (Overloaded, 503, "overloaded"),
     (NotReady, 503, "not_ready"),
     (EngineDead, 503, "engine_failed"),
     (DeadlineExceeded, 504, "deadline_exceeded"),
+    (ClientGone, 499, "client_closed_request"),
 ]
 
 
@@ -81,6 +86,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
+    if status in (408, 411, 413):
+        headers = {"Connection": "close"}  # the rest of the body is not read
     return JSONResponse(ErrorBody(error=error).model_dump(), status_code=status, headers=headers)
 
 

@@ -1,32 +1,175 @@
-"""Process lifecycle: drain on SIGTERM instead of dropping work in progress."""
+"""The HTTP server process: connection guards, drain on SIGTERM, and a bounded exit.
+
+- A connection must deliver its request head within `--header-timeout-s` and in at most
+  `--max-header-kb` (431 above): slow or endless heads cannot hold connections open. Idle
+  keep-alive connections close after 5 s (uvicorn), bodies that stall after `--body-timeout-s`
+  (body.py), and connections beyond `--max-connections` are answered 503.
+- On SIGTERM / SIGINT: /health answers 503 `draining`, new work gets 503, work in progress
+  finishes (up to `--shutdown-timeout-s`), then the server stops. Whatever hangs after that
+  (an engine that does not shut down), the process is gone within the timeout plus a grace.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 logger = logging.getLogger(__name__)
 
+EXIT_GRACE_S = 15.0  # after the drain: engine shutdown, closing connections
+
+
+def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        """httptools with a deadline and a size bound on the request head."""
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._head_bytes = 0
+            self._rejected = False
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(header_timeout_s, self._head_timeout)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self._reject(408, b"request head not received in time")
+
+        def _reject(self, status: int, reason: bytes) -> None:
+            self._rejected = True
+            self._disarm()
+            phrase = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (status, phrase, len(reason), reason)
+            )
+            self.transport.close()
+
+        def _count(self, n: int) -> None:
+            self._head_bytes += n
+            if self._head_bytes > max_header_bytes and not self._rejected:
+                self._reject(431, b"request head too large")
+
+        def data_received(self, data: bytes) -> None:
+            if self._rejected:
+                return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_bytes = 0
+            self._arm()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value) + 4)
+            if not self._rejected:
+                super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            if self._rejected:
+                return
+            self._disarm()
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if not self._rejected:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if not self._rejected:
+                super().on_message_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedHttpToolsProtocol
+
+
+def server_config(app, settings) -> uvicorn.Config:
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        loop=loop,
+        http=guarded_protocol(settings.header_timeout_s, settings.max_header_kb * 1024),
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=2,
+    )
+
 
 class DrainingServer(uvicorn.Server):
-    """On the first SIGTERM / SIGINT: /health answers 503 `draining`, new work gets 503, work in
-    progress finishes (up to the shutdown timeout), then the server stops and the process exits 0.
-    A second signal, or a signal while not serving, stops at once (uvicorn's own behaviour)."""
+    """On the first SIGTERM / SIGINT: drain (see the module doc), then stop; the process exits 0
+    if every request finished. A second signal stops at once. A watchdog ends the process if the
+    shutdown itself hangs."""
 
-    def __init__(self, config: uvicorn.Config, service, timeout_s: float):
+    def __init__(self, config: uvicorn.Config, service, timeout_s: float, hard_exit: bool = True):
         super().__init__(config)
         self.service = service
         self.timeout_s = timeout_s
+        self.hard_exit = hard_exit  # off when the server shares its process (in-process tests)
         self._draining: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchdog: threading.Thread | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
 
     def handle_exit(self, sig, frame) -> None:
-        if self._draining is not None or self.service.status != "ok":
+        if self.hard_exit:
+            self._start_watchdog()
+        if self._draining is not None or self.service.status != "ok" or self._loop is None:
             return super().handle_exit(sig, frame)
         logger.info("signal %s: draining before exit", sig)
-        self._draining = asyncio.get_event_loop().create_task(self._drain())
+        self._draining = self._loop.create_task(self._drain())
+
+    def request_exit(self) -> None:
+        """handle_exit from another thread (what a SIGTERM does), for embedding and tests."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.handle_exit, 15, None)
 
     async def _drain(self) -> None:
         await self.service.drain(self.timeout_s)
         self.should_exit = True
+
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None:
+            return
+        limit = self.timeout_s + EXIT_GRACE_S
+
+        def watchdog() -> None:
+            threading.Event().wait(limit)
+            logger.error("shutdown did not finish %.0f s after the signal; exiting now", limit)
+            logging.shutdown()
+            os._exit(1)
+
+        self._watchdog = threading.Thread(target=watchdog, name="exit-watchdog", daemon=True)
+        self._watchdog.start()

@@ -11,14 +11,22 @@ With `--address auto` it joins a running Ray cluster (RLinf's own), else it star
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import threading
+from dataclasses import dataclass
 
 from reward_server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RayServeOptions:
+    num_replicas: int = 1
+    gpus_per_replica: float = 1.0
+    cpus_per_replica: float = 1.0
+    address: str | None = None
 
 
 def _replica_class():
@@ -29,7 +37,7 @@ def _replica_class():
     class RewardReplica:
         def __init__(self, settings_json: str):
             from reward_server.app import build_app
-            from reward_server.cli import build_service
+            from reward_server.bootstrap import build_service
 
             settings = ServerSettings.model_validate_json(settings_json)
             logging.basicConfig(level=settings.log_level.upper())
@@ -47,30 +55,20 @@ def _replica_class():
     return RewardReplica
 
 
-def main(argv: list[str]) -> int:
-    from reward_server.cli import parse_settings
-
-    parser = argparse.ArgumentParser(prog="python -m reward_server serve-ray", add_help=False)
-    parser.add_argument("--num-replicas", type=int, default=1)
-    parser.add_argument("--gpus-per-replica", type=float, default=1.0)
-    parser.add_argument("--cpus-per-replica", type=float, default=1.0)
-    parser.add_argument("--address", default=None, help="Ray cluster address ('auto': the running cluster)")
-    ours, rest = parser.parse_known_args(argv)
-    settings = parse_settings(rest)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
+def serve_replicas(settings: ServerSettings, options: RayServeOptions) -> int:
+    """Start the replicas and serve until SIGTERM / SIGINT."""
     import ray
     from ray import serve
 
-    ray.init(address=ours.address, include_dashboard=False, log_to_driver=True)
+    ray.init(address=options.address, include_dashboard=False, log_to_driver=True)
     serve.start(http_options={"host": settings.host, "port": settings.port})
     deployment = _replica_class().options(
-        num_replicas=ours.num_replicas,
-        ray_actor_options={"num_gpus": ours.gpus_per_replica, "num_cpus": ours.cpus_per_replica},
+        num_replicas=options.num_replicas,
+        ray_actor_options={"num_gpus": options.gpus_per_replica, "num_cpus": options.cpus_per_replica},
         max_ongoing_requests=max(64, settings.max_queue),
     )
     serve.run(deployment.bind(settings.model_dump_json()), name="reward_server", route_prefix="/")
-    logger.info("serving %d replicas on http://%s:%d", ours.num_replicas, settings.host, settings.port)
+    logger.info("serving %d replicas on http://%s:%d", options.num_replicas, settings.host, settings.port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -1,7 +1,10 @@
-"""Scoring one episode or many: video -> frames -> profile -> batcher/engine -> parser.
+"""Scoring episodes: body -> episodes -> frames -> profile -> engine -> parser -> answer.
 
-The service owns the server's lifecycle state (loading / ok / draining / failed) so the HTTP
-layer only translates.
+The service owns the server's lifecycle state (loading / ok / draining / failed), admission and
+deadlines, so the HTTP layer only reads bodies and translates errors. Each episode goes to the
+engine on its own as soon as its frames are ready: the episodes of a batch overlap their
+preparation with each other's engine work, and an episode whose deadline passes, or whose
+client leaves, is cancelled, which aborts it inside the engine.
 """
 
 from __future__ import annotations
@@ -10,25 +13,59 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 
+import numpy as np
+
+from reward_client import raw_batch
 from reward_client.protocol import (
     FAILED_PARSE_STATUSES,
     BatchItem,
     BatchScoreResponse,
     HealthStatus,
+    ScoreOptions,
     ScoreResponse,
     Timings,
 )
-from reward_server.batching import Batcher
-from reward_server.decoding import Decoded, Decoder, decode_batch, decode_score
-from reward_server.engines.base import Engine, EngineDead
+from reward_server.admission import Admission
+from reward_server.body import BodyReader
+from reward_server.decode_pool import DecodePool, PoolBudget
+from reward_server.decoding import (
+    InvalidBody,
+    Preparer,
+    Source,
+    parse_batch_json,
+    parse_score_json,
+    prepare_raw,
+    validation_message,
+)
+from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
 from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
 from reward_server.metrics import Metrics
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
+from reward_server.video import DecodeLimits
 
 logger = logging.getLogger(__name__)
+
+SMALL_BODY_BYTES = 1 << 20
+
+
+@dataclass
+class Frames:
+    """An episode's model-ready frames, and when its bytes had all arrived (perf_counter)."""
+
+    video: np.ndarray
+    received: float
+
+
+def _timed(frames: Callable[[], Awaitable[np.ndarray]], received: float) -> Callable[[], Awaitable[Frames]]:
+    async def run() -> Frames:
+        return Frames(await frames(), received)
+
+    return run
 
 
 class ScoringService:
@@ -46,32 +83,32 @@ class ScoringService:
         self.metrics = metrics or Metrics()
         self.status: HealthStatus = "loading"
         self.detail: str | None = None
-        self.active = 0  # requests being handled (decoding, queued or in the engine)
+        self.active = 0  # requests being handled
         self._on_failure = on_failure
-        self.decoder = Decoder(settings.effective_decode_workers(), settings.video_roots)
-        self.batcher = Batcher(
-            engine,
-            max_batch_size=settings.max_batch_size,
-            batch_wait_ms=settings.effective_batch_wait_ms(),
-            max_queue=settings.max_queue,
-            on_batch=self.metrics.batch_size.observe,
-            on_engine_dead=self.fail,
+        self.admission = Admission(settings.max_queue, int(settings.effective_max_inflight_mb() * 1024 * 1024))
+        self.pool = DecodePool(
+            settings.effective_decode_workers(), PoolBudget(settings.decode_timeout_s, settings.decode_memory_mb)
         )
+        limits = DecodeLimits(max_frames=settings.max_video_frames, max_frame_pixels=settings.max_frame_pixels)
+        self.preparer = Preparer(self.pool, profile.frame_spec, settings.video_roots, limits)
 
     @property
     def backend(self) -> str:
         return self.profile.name
 
+    # --- lifecycle ----------------------------------------------------------------------------
+
     async def start(self) -> None:
         """Load the engine; on failure the status says `failed` and the failure hook runs."""
         started = time.perf_counter()
         try:
+            await asyncio.to_thread(self.pool.start)
             await self.engine.start()
+            self._check_answer_words()
         except Exception as exc:
             logger.exception("engine %s could not load %s", self.engine.name, self.engine.model_name)
             self.fail(f"engine could not start: {type(exc).__name__}: {exc}")
             return
-        self.batcher.start()
         self.status = "ok"
         logger.info(
             "ready: backend=%s engine=%s model=%s (%.1f s)",
@@ -80,6 +117,17 @@ class ScoringService:
             self.engine.model_name,
             time.perf_counter() - started,
         )
+
+    def _check_answer_words(self) -> None:
+        if "logprob" not in self.profile.score_modes:
+            return
+        try:
+            self.engine.check_answer_words(self.profile.logprob_words)
+        except AnswerWordsUnsupported as exc:
+            if self.profile.default_score_mode == "logprob":
+                raise  # the server would refuse its own default: do not start
+            logger.warning("score_mode logprob is unavailable: %s", exc)
+            self.profile.disable_score_mode("logprob", str(exc))
 
     def fail(self, detail: str) -> None:
         if self.status == "failed":
@@ -111,86 +159,154 @@ class ScoringService:
                 self.fail(str(exc))
 
     async def stop(self) -> None:
-        await self.batcher.stop()
-        await self.engine.shutdown()
-        self.decoder.shutdown()
+        try:
+            await self.engine.shutdown()
+        finally:
+            self.pool.shutdown()
 
-    def _require_ready(self) -> None:
+    # --- admission ----------------------------------------------------------------------------
+
+    def require_ready(self) -> None:
         if self.status != "ok":
             raise NotReady(
                 self.status, f"the reward server is {self.status}" + (f": {self.detail}" if self.detail else "")
             )
 
-    def _check_backend(self, requested: str | None) -> None:
-        if requested is None:
-            return
-        if canonical_backend(requested) != self.backend:
-            raise BadRequest(
-                f"this server runs backend {self.backend!r}; request asked for {requested!r}. "
-                f"Omit 'backend' or start a server with --backend {requested}"
-            )
-
-    async def _decode(self, fn, body: bytes):
-        return await asyncio.get_running_loop().run_in_executor(self.decoder.pool, fn, body, self.decoder.roots)
-
-    async def _deadline(self, coro):
-        try:
-            return await asyncio.wait_for(coro, self.settings.request_timeout_s)
-        except TimeoutError:
-            raise DeadlineExceeded(f"scoring took longer than {self.settings.request_timeout_s:g} s") from None
-
-    async def _handle(self, coro):
-        """Admit one request (refused unless ok), count it while in progress, apply the deadline."""
-        if self.status != "ok":
-            coro.close()
-            self._require_ready()
+    def admit_body(self, nbytes: int) -> None:
+        """Called before a body is read: refuse now if the server is not serving or too full."""
+        self.require_ready()
+        self.admission.take_bytes(nbytes)
         self.active += 1
+
+    def release_body(self, nbytes: int) -> None:
+        self.admission.give_bytes(nbytes)
+        self.active -= 1
+
+    def _deadline(self, started: float) -> float:
+        return started + self.settings.request_timeout_s
+
+    # --- routes -------------------------------------------------------------------------------
+
+    async def score_json(self, reader: BodyReader, started: float) -> ScoreResponse:
+        body = await reader.read_all()
+        received = time.perf_counter()
+        source = await self._parse(parse_score_json, body)
+        if isinstance(source, Exception):
+            raise source
+        frames = _timed(lambda: self.preparer.frames(source), received)
+        self.admission.take_episodes(1)
         try:
-            return await self._deadline(coro)
+            return await self._score(source.options, frames, started)
+        except DeadlineExceeded:
+            raise
+        except TimeoutError:
+            raise self._timeout() from None
         finally:
-            self.active -= 1
+            self.admission.give_episodes(1)
 
-    async def score_body(self, body: bytes) -> ScoreResponse:
-        """Score one episode from a /score request body."""
-        started = time.perf_counter()
+    async def score_batch_json(self, reader: BodyReader, started: float) -> BatchScoreResponse:
+        body = await reader.read_all()
+        received = time.perf_counter()
+        sources = await self._parse(parse_batch_json, body)
+        work = [
+            (s.options, _timed(partial(self.preparer.frames, s), received)) if isinstance(s, Source) else s
+            for s in sources
+        ]
+        return await self._score_many(work, started)
 
-        async def run() -> ScoreResponse:
-            decoded = await self._decode(decode_score, body)
-            return await self._score(decoded, started)
+    async def score_batch_raw(self, reader: BodyReader, started: float) -> BatchScoreResponse:
+        """Episodes start as soon as their own bytes have arrived, while the rest still streams in."""
+        assert reader.length is not None
+        try:
+            header_end = raw_batch.header_end(await reader.wait_for(min(raw_batch.PREFIX_BYTES, reader.length)))
+        except raw_batch.RawBatchError as exc:
+            raise InvalidBody(str(exc)) from None
+        head = await reader.wait_for(min(header_end, reader.length))
+        try:
+            header = await asyncio.to_thread(raw_batch.decode_header, head, reader.length)
+        except raw_batch.RawBatchError as exc:
+            detail = f": {validation_message(exc.errors)}" if exc.errors else ""
+            raise InvalidBody(f"{exc}{detail}") from None
+        spec = self.profile.frame_spec
 
-        return await self._handle(run())
+        async def frames_of(item: raw_batch.RawScoreItem) -> Frames:
+            assert item.frames is not None
+            end = header_end + item.frames.offset + item.frames.nbytes
+            view = await reader.wait_for(end)
+            received = time.perf_counter()
+            arr = raw_batch.frames_view(item.frames, view[header_end:])
+            return Frames(await asyncio.to_thread(prepare_raw, arr, item.nframes, item.max_pixels, spec), received)
 
-    async def score_batch_body(self, body: bytes) -> BatchScoreResponse:
-        """Score many episodes together; a bad item is reported in its place, the rest still scored."""
-        started = time.perf_counter()
+        work = []
+        for item in header.requests:
+            options = ScoreOptions.model_construct(**{k: getattr(item, k) for k in ScoreOptions.model_fields})
+            if item.frames is not None:
+                work.append((options, partial(frames_of, item)))
+            else:
+                source = Source(options, "path", item.video_path or "")
+                work.append((options, _timed(partial(self.preparer.frames, source), time.perf_counter())))
+        return await self._score_many(work, started)
 
-        async def run() -> list:
-            items = await self._decode(decode_batch, body)
-            return await asyncio.gather(*(self._score(item, started) for item in items), return_exceptions=True)
+    # --- the flow of one episode --------------------------------------------------------------
 
-        results = await self._handle(run())
+    async def _parse(self, fn, body: memoryview):
+        """A JSON document is parsed in one piece: small ones in a thread (microseconds of GIL),
+        large ones in a decode worker, where seconds of parsing cannot stall the engine."""
+        if len(body) <= SMALL_BODY_BYTES:
+            return await asyncio.to_thread(fn, bytes(body))
+        return await self.pool.run(fn, bytes(body))
+
+    def _timeout(self) -> DeadlineExceeded:
+        return DeadlineExceeded(f"scoring took longer than {self.settings.request_timeout_s:g} s (--request-timeout-s)")
+
+    async def _score_many(self, work: list, started: float) -> BatchScoreResponse:
+        """Score (options, frames awaitable) pairs together; a failed item is answered in its place."""
+        live = [w for w in work if not isinstance(w, Exception)]
+        self.admission.take_episodes(len(live))
+        try:
+            tasks = [asyncio.ensure_future(self._score(options, frames, started)) for options, frames in live]
+            try:
+                results = await asyncio.gather(*tasks, return_exceptions=True)
+            except asyncio.CancelledError:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+        finally:
+            self.admission.give_episodes(len(live))
+        answers = iter(results)
         out = []
-        for index, result in enumerate(results):
+        for index, item in enumerate(work):
+            result = item if isinstance(item, Exception) else next(answers)
             if isinstance(result, ScoreResponse):
                 out.append(BatchItem(index=index, response=result))
-            else:
-                if isinstance(result, (NotReady, EngineDead)):
-                    raise result
-                _, error = classify(result)
-                out.append(BatchItem(index=index, error=error))
+                continue
+            if isinstance(result, (NotReady, EngineDead)):
+                raise result
+            if isinstance(result, TimeoutError) and not isinstance(result, DeadlineExceeded):
+                result = self._timeout()
+            _, error = classify(result)
+            out.append(BatchItem(index=index, error=error))
         return BatchScoreResponse(results=out)
 
-    async def _score(self, decoded: Decoded, started: float) -> ScoreResponse:
-        if decoded.error is not None:
-            raise decoded.error
-        req, video = decoded.request, decoded.video
-        self._check_backend(req.backend)
-        kwargs = req.backend_kwargs
-        score_mode = self.profile.resolve_score_mode(kwargs)
-        prepared = time.perf_counter()
-        engine_request = self.profile.build(req.task_text, video, kwargs, score_mode)
-        engine_request.request_id = uuid.uuid4().hex  # clients may reuse their own ids; the engine may not
-        output, queue_ms = await self.batcher.submit(engine_request)
+    async def _score(
+        self, options: ScoreOptions, frames: Callable[[], Awaitable[Frames]], started: float
+    ) -> ScoreResponse:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started)):
+            ready = await frames()
+            video = ready.video
+            if options.backend is not None and canonical_backend(options.backend) != self.backend:
+                raise BadRequest(
+                    f"this server runs backend {self.backend!r}; request asked for {options.backend!r}. "
+                    f"Omit 'backend' or start a server with --backend {options.backend}"
+                )
+            kwargs = options.backend_kwargs
+            score_mode = self.profile.resolve_score_mode(kwargs)
+            prepared = time.perf_counter()
+            request = self.profile.build(options.task_text, video, kwargs, score_mode)
+            request.request_id = uuid.uuid4().hex  # clients may reuse their own ids; the engine may not
+            queued = time.perf_counter()
+            output = await self.engine.generate(request)
         parsed = self.profile.parse(output, score_mode)
         total = time.perf_counter() - started
         self.metrics.episodes.labels(parsed.status.value).inc()
@@ -198,6 +314,7 @@ class ScoringService:
             self.metrics.parse_failures.labels(parsed.status.value).inc()
         self.metrics.latency.observe(total)
         self.metrics.engine_latency.observe(output.engine_ms / 1000)
+        engine_wall = (time.perf_counter() - queued) * 1000
         return ScoreResponse(
             score=parsed.score,
             model_output=output.text,
@@ -210,11 +327,16 @@ class ScoringService:
             prompt_tokens=output.prompt_tokens,
             output_tokens=output.output_tokens,
             timings=Timings(
+                receive_ms=(ready.received - started) * 1000,
+                prepare_ms=(prepared - ready.received) * 1000,
                 preprocess_ms=(prepared - started) * 1000,
-                queue_ms=queue_ms,
-                engine_ms=output.engine_ms,
+                queue_ms=output.queue_ms,
+                engine_ms=engine_wall,
                 total_ms=total * 1000,
             ),
-            request_id=req.request_id,
+            request_id=options.request_id,
             prompt=output.prompt if kwargs.return_prompt else None,
         )
+
+    def _remaining(self, started: float) -> float:
+        return max(0.0, self.settings.request_timeout_s - (time.perf_counter() - started))

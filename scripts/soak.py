@@ -24,8 +24,8 @@ import httpx
 import psutil
 
 from reward_client.protocol import InlineFrames
-from reward_server.bench import episode
-from reward_server.launch import ServerProcess
+from reward_tools.bench import episode
+from reward_tools.launch import ServerProcess
 
 
 def rss_mib(pid: int) -> float:

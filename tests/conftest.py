@@ -1,22 +1,91 @@
 """Shared fixtures: the tiny checkpoint (built once per session) and real server processes.
 
 Servers run as child processes bound to 127.0.0.1 on a free port and are stopped at the end
-of the session, whatever happens.
+of the session, whatever happens. Every process the suite starts carries a session mark in its
+environment; one still alive when the suite ends (an orphan included) fails the run.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from reward_client.protocol import InlineFrames
-from reward_server.launch import ServerProcess
+from reward_tools.launch import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
+SESSION_MARK = "REWARD_SERVER_TEST_SESSION"
+
+
+def pytest_configure(config) -> None:
+    # inherited by every process the tests start, however deep, even once re-parented to init
+    os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+
+
+def _marked_processes() -> list[int]:
+    mark = f"{SESSION_MARK}={os.environ[SESSION_MARK]}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                # multiprocessing's resource tracker of this very process: it ends when pytest does
+                if b"multiprocessing.resource_tracker" in fh.read() and _parent(int(entry)) == os.getpid():
+                    continue
+            found.append(int(entry))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid}: {cmdline[:160]}"
+    except OSError:
+        return f"{pid}: (gone)"
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the run if a process started by the tests outlives them (and stop it)."""
+    if not os.path.isdir("/proc") or SESSION_MARK not in os.environ:
+        return
+    deadline = time.monotonic() + 15  # fixtures just sent SIGTERM; let processes finish exiting
+    left = _marked_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.25)
+        left = _marked_processes()
+    if not left:
+        return
+    described = [_describe(pid) for pid in left]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = "processes started by the tests were still running at the end (killed now):\n  " + "\n  ".join(described)
+    if reporter is not None:
+        reporter.write_sep("=", "leftover processes", red=True)
+        reporter.write_line(message)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

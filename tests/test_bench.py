@@ -1,4 +1,4 @@
-"""The benchmark runs in a short mode on CPU and prints / writes what docs/performance.md quotes."""
+"""The benchmarks run in a short mode on CPU and print / write what docs/performance.md quotes."""
 
 from __future__ import annotations
 
@@ -12,56 +12,50 @@ from tests.conftest import CPU_PRESET
 
 
 @pytest.mark.engine
-def test_bench_short_mode_reports_table_json_and_ratio(tiny_checkpoint, tmp_path):
+def test_bench_short_mode_measures_every_path_in_one_run(tiny_checkpoint, tmp_path):
     out = tmp_path / "bench.json"
-    launch = f"--config {CPU_PRESET} --engine hf --model-path {tiny_checkpoint}"
+    launch = f"--config {CPU_PRESET} --engine vllm --model-path {tiny_checkpoint}"
+    paths = ["hook_raw", "hook_json", "hook_mp4", "concurrent", "sequential"]
+    args = ["--launch", launch, "--n", "4", "--styles", "logprob", "gen8", "--paths", *paths]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reward_server.bench",
-            "--launch",
-            launch,
-            "--n",
-            "1",
-            "4",
-            "--styles",
-            "logprob",
-            "gen8",
-            "--repeats",
-            "1",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "reward_tools.bench", *args, "--repeats", "1", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    header, *rows = [line for line in proc.stdout.splitlines() if line.startswith(("style", "logprob", "gen8"))]
-    assert header.split()[:4] == ["style", "N", "mode", "eps/s"]
-    assert len(rows) == 8  # 2 styles x 2 N x (together, one at a time)
-    assert "batched vs one-at-a-time, gen8@4:" in proc.stdout
+    header, *rows = [
+        line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in ("path", *paths)
+    ]
+    assert header.split()[:4] == ["path", "style", "N", "eps/s"]
+    assert len(rows) == len(paths) * 2
     report = json.loads(out.read_text())
-    assert report["server"]["status"] == "ok" and report["server"]["engine"] == "hf"
+    assert report["server"]["status"] == "ok" and report["server"]["engine"] == "vllm"
     results = report["results"]
-    assert {(r["style"], r["n"], r["mode"]) for r in results} == {
-        (s, n, m) for s in ("logprob", "gen8") for n in (1, 4) for m in ("together", "one_at_a_time")
-    }
+    assert {(r["path"], r["style"]) for r in results} == {(p, s) for p in paths for s in ("logprob", "gen8")}
     for r in results:
-        assert r["errors"] == 0 and r["episodes_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
-        assert r["engine_ms"] > 0
-    assert set(report["batched_vs_one_at_a_time"]) == {"logprob@1", "logprob@4", "gen8@1", "gen8@4"}
-    assert report["engine_stats"]["max_batch_size"] >= 2  # the 4 together were batched
+        assert r["errors"] == 0 and r["episodes_per_s"] > 0 and r["n"] == 4
+        stages = r["stages"]
+        assert stages["total_ms"] >= stages["engine_ms"] > 0 and stages["receive_ms"] >= 0
+    by_path = {(r["path"], r["style"]): r for r in results}
+    assert by_path[("hook_raw", "logprob")]["request_mib"] == pytest.approx(4 * 16 * 256 * 256 * 3 / 2**20, rel=0.01)
+    # one table from the raw engine, server and peer files (here: server only)
+    table = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench_report", str(out)], capture_output=True, text=True, check=True
+    ).stdout
+    assert table.count("\n") == len(results) + 2 and "| hook_raw [bench] | logprob | 4 |" in table
 
 
-def test_client_bench_reports_bounded_buffers():
+def test_client_bench_reports_bounded_buffers_and_cpu_per_episode():
     proc = subprocess.run(
         [sys.executable, "scripts/bench_client.py", "--envs", "4", "--steps", "64", "--size", "64"],
         capture_output=True,
         text=True,
         check=True,
+        timeout=300,
     )
     values = dict(line.split()[:2] for line in proc.stdout.splitlines())
     assert float(values["buffer_frames_per_env"]) <= 2 * 16
-    assert float(values["cpu_ms_per_finished_episode"]) > 0
+    assert float(values["raw_cpu_ms_per_finished_episode"]) > 0
+    assert float(values["inline_cpu_ms_per_finished_episode"]) > 0
+    assert float(values["raw_batch_body_mib"]) < float(values["inline_batch_body_mib"])  # no base64

@@ -16,7 +16,7 @@ from reward_client.client import (
     RewardUnavailable,
 )
 from reward_client.protocol import InlineFrames, ScoreRequest
-from reward_server.launch import ServerProcess, free_port
+from reward_tools.launch import ServerProcess, free_port
 from tests.conftest import CPU_PRESET, episode_frames
 
 TASK = "open the top drawer and put the bowl inside"
@@ -127,4 +127,4 @@ def test_data_parallel_size_reaches_vllm_and_is_refused_by_transformers(tiny_che
     kwargs = VllmEngine(config).engine_kwargs()
     assert kwargs["data_parallel_size"] == 2 and kwargs["tensor_parallel_size"] == 2
     with pytest.raises(ValueError, match="use --engine vllm"):
-        HFEngine(config)._load()
+        HFEngine(config).load()

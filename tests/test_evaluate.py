@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from reward_client.video_io import write_mp4
-from reward_server import eval_metrics as m
-from reward_server.evaluate import main as evaluate_main
+from reward_tools import eval_metrics as m
+from reward_tools.evaluate import main as evaluate_main
 from tests.conftest import episode_frames
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reward_server.launch import free_port
+from reward_tools.launch import free_port
 from tests.conftest import CPU_PRESET
 from tests.test_rlinf_integration import APPLY, _unpack
 

@@ -19,7 +19,7 @@ import pytest
 
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import ScoreRequest
-from reward_server.launch import free_port
+from reward_tools.launch import free_port
 from tests.conftest import CPU_PRESET, episode_frames, inline
 
 pytestmark = pytest.mark.engine

@@ -23,8 +23,6 @@ import httpx
 import numpy as np
 import pytest
 
-from reward_server.video import decode_video
-
 REPO = Path(__file__).resolve().parents[1]
 APPLY = REPO / "scripts" / "apply_rlinf_patches.sh"
 DRIVER = REPO / "tests" / "libero_driver.py"
@@ -260,7 +258,7 @@ def test_real_simulator_episodes_are_judged_once_with_their_own_frames(
     videos = sorted(episodes_dir.glob("*_env*.mp4"), key=lambda p: p.name.endswith("env1.mp4"))
     assert [p.name[-8:] for p in videos] == ["env0.mp4", "env1.mp4"]
     for env_id, path in enumerate(videos):
-        sent = np.stack(decode_video(path))
+        sent = _all_frames(path)
         steps = r["sent_steps"][env_id]
         assert sent.shape == (len(steps), 256, 256, 3)
         assert steps[0] == 0 and len(steps) == min(16, steps[-1] + 1)
@@ -337,7 +335,7 @@ def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_t
 @pytest.mark.libero
 @pytest.mark.parametrize("fail_fast", [True, False], ids=["fail_fast", "fallback"])
 def test_server_killed_during_a_rollout(libero_python, rlinf_trees, tiny_checkpoint, tmp_path, fail_fast):
-    from reward_server.launch import ServerProcess
+    from reward_tools.launch import ServerProcess
     from tests.conftest import CPU_PRESET
 
     server = ServerProcess(
@@ -393,3 +391,10 @@ def test_server_killed_during_a_rollout(libero_python, rlinf_trees, tiny_checkpo
         assert r["error"] is None and r["counts"]["fallbacks"] == 64
         assert r["episode"]["vlm_fallback"] == [1.0] * 64
         assert "64 episodes use the 'zero' fallback" in stderr
+
+
+def _all_frames(path) -> np.ndarray:
+    import av
+
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])

@@ -113,7 +113,7 @@ def test_auto_follows_the_profile_scale_and_logprob_is_refused_for_primo():
     ],
 )
 def test_parse_cli_matches_server_rules(backend, mode, text, score, ok):
-    cmd = [sys.executable, "-m", "reward_server.parse", "--backend", backend]
+    cmd = [sys.executable, "-m", "reward_tools.parse", "--backend", backend]
     if mode:
         cmd += ["--score-mode", mode]
     out = subprocess.run(cmd, input=text, capture_output=True, text=True, check=True).stdout
@@ -126,7 +126,7 @@ def test_parse_cli_matches_server_rules(backend, mode, text, score, ok):
 
 def test_parse_cli_rejects_unknown_backend():
     proc = subprocess.run(
-        [sys.executable, "-m", "reward_server.parse", "--backend", "gpt"], input="1", capture_output=True, text=True
+        [sys.executable, "-m", "reward_tools.parse", "--backend", "gpt"], input="1", capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert "unknown backend 'gpt'" in proc.stderr and "PRIMO-R1" in proc.stderr

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from reward_client.video_io import encode_mp4, write_mp4
-from reward_server.launch import ServerFailed, ServerProcess
+from reward_tools.launch import ServerFailed, ServerProcess
 from tests.conftest import CPU_PRESET, episode_frames, inline
 
 pytestmark = pytest.mark.engine
@@ -103,13 +103,14 @@ def test_batch_form_scores_each_item_and_reports_the_bad_one(server, video_dir):
     assert results[2]["response"]["parse_status"] == "logprob"
 
 
-def test_concurrent_requests_reach_the_engine_as_one_batch(server):
+def test_concurrent_requests_are_in_the_engine_together(server):
     before = httpx.get(f"{server.url}/stats").json()
+    # long enough answers that no request can finish before the last one arrives
     bodies = [
         {
             "task_text": f"{TASK} #{i}",
             "frames": inline(episode_frames(16, seed=i)),
-            "backend_kwargs": {"score_mode": "logprob"},
+            "backend_kwargs": {"max_tokens": 48, "ignore_eos": True},
         }
         for i in range(8)
     ]
@@ -117,12 +118,34 @@ def test_concurrent_requests_reach_the_engine_as_one_batch(server):
         responses = list(pool.map(lambda b: post(server, "/score", b), bodies))
     assert all(r.status_code == 200 for r in responses)
     after = httpx.get(f"{server.url}/stats").json()
-    assert after["requests"] - before["requests"] == 8
-    assert after["batches"] - before["batches"] == 1, after  # all 8 in one engine call
-    assert after["max_batch_size"] >= 8
+    assert after["requests"] - before["requests"] == 8 and after["running"] == 0
+    assert after["peak_running"] == 8, after  # handed over together, not one after another
+    if after["batches"]:  # transformers: gathered into forward passes of several episodes
+        assert after["max_batch_size"] >= 4, after
     metrics = httpx.get(f"{server.url}/metrics").text
-    assert 'reward_engine_batch_size_bucket{le="8.0"}' in metrics
     assert "reward_episodes_total" in metrics
+
+
+def test_the_hooks_raw_batch_is_scored_together(server):
+    """One raw batch body of 8 episodes (what the RLinf hook sends): all in the engine at once."""
+    from reward_client.client import RewardClient
+    from reward_client.protocol import BackendKwargs, ScoreOptions
+
+    options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(max_tokens=48, ignore_eos=True))
+    before = httpx.get(f"{server.url}/stats").json()
+    with RewardClient(server.url) as client:
+        items = client.score_episodes([(options, episode_frames(24, seed=i)) for i in range(8)])
+    assert [i.response.output_tokens for i in items] == [48] * 8
+    after = httpx.get(f"{server.url}/stats").json()
+    assert after["requests"] - before["requests"] == 8
+    assert after["peak_running"] == 8, after
+    options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(score_mode="logprob"))
+    with RewardClient(server.url) as client:
+        items = client.score_episodes([(options, episode_frames(24, seed=i)) for i in range(8)])
+    # the same episodes as JSON score the same
+    body = {"requests": [{**options.model_dump(), "frames": inline(episode_frames(24, seed=i))} for i in range(8)]}
+    by_json = [x["response"]["score"] for x in post(server, "/score/batch", body).json()["results"]]
+    assert by_json == pytest.approx([i.response.score for i in items], abs=1e-6)
 
 
 def test_wrong_backend_and_bad_kwargs_are_clear_errors(server):

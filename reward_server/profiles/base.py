@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reward_client.frames import QWEN2_5_VL, FrameSpec
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engine_io import EngineOutput, EngineRequest, Sampling
 from reward_server.scoring import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
@@ -36,10 +37,19 @@ class Profile(ABC):
     default_score_mode: ScoreMode = "auto"
     sampling_defaults: SamplingDefaults
     fps: float = 2.0
+    frame_spec: FrameSpec = QWEN2_5_VL  # the model's frame layout; the decoder and clients follow it
+    logprob_words: tuple[str, str] = ("Yes", "No")  # logprob mode: (positive, negative) next-token answers
 
-    def __init__(self, sampling: SamplingDefaults | None = None, default_score_mode: ScoreMode | None = None):
+    def __init__(
+        self,
+        sampling: SamplingDefaults | None = None,
+        default_score_mode: ScoreMode | None = None,
+        max_tokens_limit: int | None = None,
+    ):
         if sampling is not None:
             self.sampling_defaults = sampling
+        self.max_tokens_limit = max_tokens_limit
+        self._unavailable: dict[str, str] = {}  # score mode -> why this deployment cannot offer it
         if default_score_mode is not None:
             self.check_score_mode(default_score_mode)
             self.default_score_mode = default_score_mode
@@ -50,6 +60,16 @@ class Profile(ABC):
                 f"score_mode {score_mode!r} is not available for backend {self.name}; "
                 f"allowed: {', '.join(self.score_modes)}"
             )
+        if score_mode in self._unavailable:
+            raise UnsupportedOption(self._unavailable[score_mode])
+
+    def available_score_modes(self) -> list[str]:
+        return [m for m in self.score_modes if m not in self._unavailable]
+
+    def disable_score_mode(self, score_mode: ScoreMode, reason: str) -> None:
+        """This deployment cannot offer score_mode (e.g. its tokenizer splits the answer words)."""
+        if score_mode in self.score_modes:
+            self._unavailable[score_mode] = reason
 
     def resolve_score_mode(self, kwargs: BackendKwargs) -> ScoreMode:
         mode = kwargs.score_mode or self.default_score_mode
@@ -58,11 +78,16 @@ class Profile(ABC):
 
     def sampling(self, kwargs: BackendKwargs, score_mode: ScoreMode) -> Sampling:
         if score_mode == "logprob":
-            return Sampling(mode="logprob", max_tokens=1, temperature=0.0, top_p=1.0)
+            return Sampling(mode="logprob", max_tokens=1, temperature=0.0, top_p=1.0, candidates=self.logprob_words)
         d = self.sampling_defaults
+        max_tokens = kwargs.max_tokens or d.max_tokens
+        if self.max_tokens_limit is not None and max_tokens > self.max_tokens_limit:
+            raise UnsupportedOption(
+                f"max_tokens {max_tokens} exceeds this server's limit of {self.max_tokens_limit} (--max-tokens-limit)"
+            )
         return Sampling(
             mode="generate",
-            max_tokens=kwargs.max_tokens or d.max_tokens,
+            max_tokens=max_tokens,
             temperature=d.temperature if kwargs.temperature is None else kwargs.temperature,
             top_p=kwargs.top_p or d.top_p,
             ignore_eos=kwargs.ignore_eos,

@@ -1,42 +1,72 @@
 #!/usr/bin/env bash
 # Benchmarks on a lent GPU machine (device tool), after vLLM was staged there with
-# ../shared/gpu/prepare_vllm_carry.sh (three carries; see docs/performance.md).
+# ../shared/gpu/prepare_vllm_carry.sh (three carries) and this project's extra wheels were
+# installed into /tmp/site (see docs/performance.md, "Reproduce").
 #
-#   bash scripts/gpu/bench_gpu.sh vllm|vllm-default|hf|dp   results go to $OUT (default /tmp/out)
-#   (dp: 1 vs 2 data-parallel engine ranks, on a 2-GPU machine)
+#   bash scripts/gpu/bench_gpu.sh vllm|hf|ray      results go to $OUT (default /tmp/out)
 #
-# Builds a random-weight checkpoint with Qwen2.5-VL-7B's shapes (once per machine), then runs the
-# raw engine and the server through the same workload: 16 frames of 256x256 per episode,
-# N = 1, 8, 64 episodes arriving together, logprob (prefill only) and 256 new tokens.
+# vllm: the bare engine, the server on every path users run (hook raw batch, hook JSON batch,
+#       hook MP4 video_path, concurrent /score) and plain `vllm serve` on the same prompt and
+#       frames, one after another on one GPU, then one table (reward_tools.bench_report).
+# hf:   the transformers engine bare and through the server (hook raw batch).
+# ray:  Ray Serve with 1 and 2 replicas (one GPU each) on the hook path (needs 2 GPUs).
+# Workload: a random-weight checkpoint with Qwen2.5-VL-7B's shapes, 16 frames of 256x256 per
+# episode, N = 64 episodes ending together, logprob (prefill only) and 256 new tokens.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 CKPT=/tmp/ckpt7b
-[ -f $CKPT/config.json ] || python3 -m reward_server.tiny_checkpoint $CKPT --preset qwen2_5_vl_7b
+[ -f $CKPT/config.json ] || python3 -m reward_server.tiny_checkpoint $CKPT --preset qwen2_5_vl_7b >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 TUNED="--max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN"
-SERVER="--model-path $CKPT --dtype bfloat16 --max-model-len 8192 --max-batch-size 64 --log-level warning"
-case "${1:?vllm, vllm-default or hf}" in
+COMMON="--model-path $CKPT --dtype bfloat16 --max-model-len 8192 --log-level warning --gpu-memory-utilization 0.85"
+N=${N:-64}
+STYLES=${STYLES:-logprob gen256}
+
+wait_http() {  # url, seconds
+  for _ in $(seq "$2"); do curl -sf "$1" >/dev/null && return 0; sleep 1; done
+  echo "not ready: $1" >&2; return 1
+}
+
+case "${1:?vllm, hf or ray}" in
   vllm)
-    python3 -m reward_server.bench_raw --engine vllm --model-path $CKPT $TUNED --out "$OUT/raw_vllm.json" 2>"$OUT/raw_vllm.log"
-    python3 -m reward_server.bench --launch "$SERVER --engine vllm $TUNED" --n 1 8 64 \
-      --styles logprob gen256 --out "$OUT/server_vllm.json" 2>"$OUT/server_vllm.log"
-    ;;
-  vllm-default)
-    python3 -m reward_server.bench --launch "$SERVER --engine vllm" --n 64 --styles logprob \
-      --no-sequential --out "$OUT/server_vllm_default.json" 2>"$OUT/server_vllm_default.log"
-    ;;
-  dp)
-    for dp in 1 2; do
-      python3 -m reward_server.bench --launch "$SERVER --engine vllm $TUNED --data-parallel-size $dp --max-batch-size 128" \
-        --n 64 128 --styles logprob gen256 --no-sequential --repeats 1 --out "$OUT/server_dp$dp.json" 2>"$OUT/server_dp$dp.log"
-    done
+    python3 -m reward_tools.bench_raw --engine vllm --model-path $CKPT $TUNED --n "$N" --styles $STYLES \
+      --gpu-memory-utilization 0.85 --out "$OUT/raw_vllm.json" 2>"$OUT/raw_vllm.log"
+    python3 -m reward_tools.bench --launch "$COMMON --engine vllm $TUNED" --n "$N" --styles $STYLES \
+      --paths hook_raw hook_json hook_mp4 concurrent --out "$OUT/server_vllm.json" 2>"$OUT/server_vllm.log"
+    # plain `vllm serve`, same engine settings; 16 frames per MP4, encoded at 2 fps by the client
+    python3 -m vllm.entrypoints.openai.api_server --model $CKPT --dtype bfloat16 --max-model-len 8192 \
+      --gpu-memory-utilization 0.85 $TUNED --limit-mm-per-prompt '{"image": 2, "video": 1}' \
+      --media-io-kwargs '{"video": {"num_frames": 16}}' --port 18000 \
+      >"$OUT/vllm_serve.log" 2>&1 &
+    peer=$!
+    trap 'kill $peer 2>/dev/null || true' EXIT
+    wait_http http://127.0.0.1:18000/health 600
+    python3 -m reward_tools.bench --peer-url http://127.0.0.1:18000 --peer-model $CKPT --n "$N" --styles $STYLES \
+      --out "$OUT/peer_vllm_serve.json" 2>"$OUT/peer.log"
+    kill $peer; wait $peer 2>/dev/null || true
+    python3 -m reward_tools.bench_report "$OUT"/raw_vllm.json "$OUT"/server_vllm.json "$OUT"/peer_vllm_serve.json \
+      | tee "$OUT/table_vllm.md"
     ;;
   hf)
-    python3 -m reward_server.bench_raw --engine hf --model-path $CKPT --n 1 8 64 --styles logprob gen256 \
+    python3 -m reward_tools.bench_raw --engine hf --model-path $CKPT --n "$N" --styles $STYLES \
       --repeats 1 --out "$OUT/raw_hf.json" 2>"$OUT/raw_hf.log"
-    python3 -m reward_server.bench --launch "$SERVER --engine hf" --n 1 8 64 \
-      --styles logprob gen256 --no-sequential --repeats 1 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
+    python3 -m reward_tools.bench --launch "$COMMON --engine hf --max-batch-size $N" --n "$N" --styles $STYLES \
+      --paths hook_raw --repeats 1 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
+    python3 -m reward_tools.bench_report "$OUT"/raw_hf.json "$OUT"/server_hf.json | tee "$OUT/table_hf.md"
+    ;;
+  ray)
+    for replicas in 1 2; do
+      python3 -m reward_server serve-ray --num-replicas $replicas --gpus-per-replica 1 --cpus-per-replica 4 \
+        $COMMON --engine vllm $TUNED --port 18080 >"$OUT/ray_$replicas.log" 2>&1 &
+      ray_pid=$!
+      wait_http http://127.0.0.1:18080/health 900
+      python3 -m reward_tools.bench --url http://127.0.0.1:18080 --n 64 128 --styles $STYLES --paths hook_raw \
+        --repeats 1 --out "$OUT/ray_$replicas.json" 2>"$OUT/ray_bench_$replicas.log"
+      kill -TERM $ray_pid; wait $ray_pid 2>/dev/null || true
+      python3 -c "import ray; ray.shutdown()" 2>/dev/null || true
+    done
+    python3 -m reward_tools.bench_report "$OUT"/ray_1.json "$OUT"/ray_2.json | tee "$OUT/table_ray.md"
     ;;
 esac

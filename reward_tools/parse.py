@@ -1,6 +1,6 @@
 """Parse a saved model output exactly as the server does.
 
-    python -m reward_server.parse --backend PRIMO-R1 [--score-mode auto] < output.txt
+    python -m reward_tools.parse --backend PRIMO-R1 [--score-mode auto] < output.txt
 
 Prints JSON: score (number or null), ok, parse_status, parse_error, raw_value, score_mode.
 """
@@ -17,7 +17,7 @@ from reward_server.profiles import UnknownBackend, backend_names, load_profile
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reward_server.parse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m reward_tools.parse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--backend", required=True, help=f"one of: {', '.join(backend_names())}")
     parser.add_argument(

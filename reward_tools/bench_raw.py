@@ -1,6 +1,6 @@
-"""The same workload as `reward_server.bench`, on the bare engine: no HTTP, no server.
+"""The same workload as `reward_tools.bench`, on the bare engine: no HTTP, no server.
 
-    python -m reward_server.bench_raw --engine vllm --model-path DIR [--max-num-batched-tokens 65536 ...]
+    python -m reward_tools.bench_raw --engine vllm --model-path DIR [--max-num-batched-tokens 65536 ...]
 
 Prompts and frames are built exactly as the server builds them (same profile, same frame
 rules), prepared outside the timing; only the engine call is timed (vllm: LLM.generate over
@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from reward_server.bench import TASKS, Episodes, style_kwargs
 from reward_server.engines.base import EngineConfig
 from reward_server.profiles import load_profile
-from reward_server.video import prepare_frames
+from reward_server.video import fit_frames, pick_frames
+from reward_tools.bench import TASKS, Episodes, style_kwargs
 
-logger = logging.getLogger("reward_server.bench_raw")
+logger = logging.getLogger("reward_tools.bench_raw")
 
 
 def requests(episodes: Episodes, n: int, style: str):
@@ -32,7 +32,8 @@ def requests(episodes: Episodes, n: int, style: str):
     mode = profile.resolve_score_mode(kwargs)
     out = []
     for i, video in enumerate(episodes.take(n)):
-        out.append(profile.build(TASKS[i % len(TASKS)], prepare_frames(video, len(video), 200704), kwargs, mode))
+        frames = fit_frames(pick_frames(video, len(video)), 200704)
+        out.append(profile.build(TASKS[i % len(TASKS)], frames, kwargs, mode))
     return out
 
 
@@ -68,25 +69,18 @@ def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
     from reward_server.engines.hf_engine import HFEngine
 
     engine = HFEngine(config)
-    engine._load()
+    engine.load()
     results = []
     episodes = Episodes(frames, size)
     for style in styles:
         for n in [2, *ns]:
             reqs = requests(episodes, n, style)
-            inputs, _ = engine._inputs(reqs)  # processor work outside the timing, as for vllm
-            s = reqs[0].sampling
+            inputs, prompts = engine.model_inputs(reqs)  # processor work outside the timing, as for vllm
             best = None
             for _ in range(repeats if n != 2 else 1):
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
                 started = time.perf_counter()
-                with torch.inference_mode():
-                    if s.mode == "logprob":
-                        engine._model(**inputs, logits_to_keep=1)
-                    else:
-                        engine._model.generate(
-                            **inputs, max_new_tokens=s.max_tokens, min_new_tokens=s.max_tokens, do_sample=False
-                        )
+                engine.forward(inputs, prompts, reqs[0].sampling)
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
                 wall = time.perf_counter() - started
                 best = wall if best is None else min(best, wall)
@@ -98,7 +92,7 @@ def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reward_server.bench_raw",
+        prog="python -m reward_tools.bench_raw",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

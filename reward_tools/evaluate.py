@@ -1,7 +1,7 @@
 """Can the judge tell success from failure on your episodes? Score a labeled set through running
 servers and report.
 
-    python -m reward_server.evaluate --manifest episodes.jsonl --server qwen=http://127.0.0.1:18080 \\
+    python -m reward_tools.evaluate --manifest episodes.jsonl --server qwen=http://127.0.0.1:18080 \\
         [--server primo=http://127.0.0.1:18081] [--score-mode auto --score-mode logprob] --out reports/judge
 
 The manifest (JSONL or CSV; or a directory holding manifest.jsonl) has one episode per row:
@@ -31,9 +31,9 @@ import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreRequest
-from reward_server import eval_metrics as m
+from reward_tools import eval_metrics as m
 
-logger = logging.getLogger("reward_server.evaluate")
+logger = logging.getLogger("reward_tools.evaluate")
 
 
 @dataclass
@@ -269,7 +269,7 @@ def markdown(reports: list[dict], images: list[Path], threshold: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reward_server.evaluate",
+        prog="python -m reward_tools.evaluate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

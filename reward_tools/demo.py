@@ -1,8 +1,9 @@
-"""CPU smoke demo: start a server on a checkpoint (a tiny local one by default), score one
-sample episode three ways (video_path, inline frames in logprob mode, the batch form), print
-the answers as JSON, stop the server.
+"""CPU smoke demo: start `python -m reward_server` with its embedded default (a tiny
+random-weight checkpoint, built locally, and the settings it brings for a CPU machine), score
+one sample episode three ways (video_path, inline frames in logprob mode, and the raw batch
+the RLinf hook sends), print the answers as JSON, stop the server.
 
-    python -m reward_server.demo [--engine vllm|hf] [--backend NAME] [--model-path DIR]
+    python -m reward_tools.demo [--engine vllm|hf] [--backend NAME] [--model-path DIR]
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from reward_server.launch import ServerProcess
+from reward_tools.launch import ServerProcess
 
-logger = logging.getLogger("reward_server.demo")
+logger = logging.getLogger("reward_tools.demo")
 
-CPU_PRESET = Path(__file__).resolve().parents[1] / "configs" / "server" / "cpu_tiny.yaml"
 TASK = "put both the alphabet soup and the tomato sauce in the basket"
 
 
@@ -38,7 +38,7 @@ def sample_episode(steps: int = 48, size: int = 128) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reward_server.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m reward_tools.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     parser.add_argument("--backend", default="qwen2_5_vl_vllm")
@@ -50,12 +50,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
+    from reward_client.client import RewardClient, RewardClientError
+    from reward_client.protocol import BackendKwargs, ScoreOptions
     from reward_client.video_io import write_mp4
 
     frames = sample_episode()
     with tempfile.TemporaryDirectory(prefix="reward-demo-") as tmp:
         video = write_mp4(frames, Path(tmp) / "episode.mp4", fps=10)
-        flags = ["--config", str(CPU_PRESET), "--engine", args.engine, "--backend", args.backend, "--video-root", tmp]
+        flags = ["--engine", args.engine, "--backend", args.backend, "--video-root", tmp]
         if args.model_path:
             flags += ["--model-path", args.model_path]
         with ServerProcess(flags, log_path=Path(tmp) / "server.log") as server:
@@ -69,16 +71,20 @@ def main(argv: list[str] | None = None) -> int:
                     "/score",
                     json={"task_text": TASK, "frames": inline, "backend_kwargs": {"score_mode": "logprob"}},
                 )
-                batch = client.post(
-                    "/score/batch",
-                    json={
-                        "requests": [{"task_text": TASK, "video_path": video}, {"task_text": TASK, "frames": inline}]
-                    },
-                )
-            answers = {"video_path": by_path, "inline_frames_logprob": by_frames, "batch": batch}
+            answers = {"video_path": by_path, "inline_frames_logprob": by_frames}
             report = {"health": health, **{name: r.json() for name, r in answers.items()}}
-            print(json.dumps(report, indent=2))
             failed = [name for name, r in answers.items() if r.status_code != 200]
+            # what the RLinf hook sends: every episode that ended, raw frames in one batch body
+            options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(score_mode="logprob"))
+            try:
+                with RewardClient(server.url) as reward:
+                    items = reward.score_episodes([(options, frames), (options, frames[::-1].copy()), (options, video)])
+                report["raw_batch"] = [item.model_dump(mode="json") for item in items]
+                failed += [f"raw_batch[{item.index}]" for item in items if item.error is not None]
+            except RewardClientError as exc:
+                report["raw_batch"] = str(exc)
+                failed.append("raw_batch")
+            print(json.dumps(report, indent=2))
             if failed:
                 logger.error("requests failed: %s; server log: %s", failed, server.log_tail())
                 return 1

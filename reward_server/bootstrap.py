@@ -1,0 +1,92 @@
+"""Settings -> profile -> engine -> service -> app: the one place a server is assembled.
+
+The CLI, Ray Serve replicas, the API docs generator, the benchmarks and the tests all build
+through here, so a setting means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from reward_server.engines import Engine, EngineConfig, load_engine
+from reward_server.profiles import Profile, SamplingDefaults, canonical_backend, load_profile
+from reward_server.settings import ServerSettings
+
+logger = logging.getLogger("reward_server")
+
+DEFAULT_CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
+
+
+def tiny_checkpoint_dir() -> Path:
+    return Path(os.environ.get("REWARD_SERVER_CACHE", DEFAULT_CACHE)) / "tiny-qwen2_5_vl"
+
+
+def resolve(settings: ServerSettings) -> ServerSettings:
+    """Fill what the settings leave open. Without --model-path the server serves the embedded
+    random-weight checkpoint (built on first use), with the settings that checkpoint brings for
+    small machines, wherever the user did not say otherwise."""
+    if settings.model_path is not None or settings.engine == "fake":
+        return settings
+    from reward_server.tiny_checkpoint import SMOKE_SETTINGS, ensure_checkpoint
+
+    path = str(ensure_checkpoint(tiny_checkpoint_dir()))
+    logger.warning("no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", path)
+    fill = {k: v for k, v in SMOKE_SETTINGS.items() if k not in settings.model_fields_set}
+    return settings.model_copy(update={"model_path": path, **fill})
+
+
+def build_profile(settings: ServerSettings) -> Profile:
+    backend = canonical_backend(settings.backend)
+    d = load_profile(backend).sampling_defaults
+    return load_profile(
+        backend,
+        sampling=SamplingDefaults(
+            max_tokens=settings.max_tokens or d.max_tokens,
+            temperature=d.temperature if settings.temperature is None else settings.temperature,
+            top_p=settings.top_p or d.top_p,
+        ),
+        default_score_mode=settings.score_mode,
+        max_tokens_limit=settings.max_tokens_limit,
+    )
+
+
+def engine_config(settings: ServerSettings) -> EngineConfig:
+    backend = canonical_backend(settings.backend)
+    return EngineConfig(
+        model_path=settings.model_path or "",
+        dtype=settings.dtype,
+        tensor_parallel_size=settings.effective_tensor_parallel_size(backend),
+        data_parallel_size=settings.data_parallel_size,
+        max_model_len=settings.max_model_len,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        mm_encoder_attn_backend=settings.mm_encoder_attn_backend,
+        enforce_eager=settings.enforce_eager,
+        cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
+        max_batch_size=settings.max_batch_size,
+        batch_wait_ms=settings.effective_batch_wait_ms(),
+        seed=settings.seed,
+        options=settings.engine_options(),
+    )
+
+
+def build_engine(settings: ServerSettings) -> Engine:
+    return load_engine(settings.engine, engine_config(settings))
+
+
+def build_service(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
+    """The scoring service these settings describe (engine not yet started)."""
+    from reward_server.service import ScoringService
+
+    settings = resolve(settings)
+    return ScoringService(settings, build_engine(settings), build_profile(settings), on_failure=on_failure)
+
+
+def build_app_from_settings(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
+    from reward_server.app import build_app
+
+    return build_app(build_service(settings, on_failure))

@@ -1,0 +1,98 @@
+"""A scripted engine for testing the server's own machinery in milliseconds.
+
+No model: it answers from the frames it is given, after a scripted delay, so admission,
+deadlines, drain, abort, error mapping and batch handling can be tested in process. Registered
+like a real engine (`--engine fake`); the real-engine tests (vLLM, transformers) stay beside it.
+
+Options (`EngineConfig.options`, or `--engine-option key=value` on the command line):
+- `delay_ms` (default 0): time per request; `token_ms` (default 0): time per generated token,
+  so a request for `max_tokens` takes `delay_ms + max_tokens * token_ms`.
+- `answer` (default "{score}"): the text answered; `{score}` is the mean brightness of the last
+  frame on a 0-100 scale, so brighter final frames score higher (tests can steer the score).
+- `fail_on` (default ""): a task-text fragment that makes the engine raise (an engine error);
+  `die_on`: one that kills the engine (EngineDead).
+- `split_words` (default ""): comma-separated answer words the fake tokenizer splits in two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from reward_server.engine_io import EngineOutput, EngineRequest, TextPart
+from reward_server.engines.base import Engine, EngineConfig, EngineDead
+
+
+class FakeEngineError(RuntimeError):
+    pass
+
+
+class FakeEngine(Engine):
+    name = "fake"
+
+    def __init__(self, config: EngineConfig):
+        super().__init__(config)
+        o = config.options
+        self.delay_s = float(o.get("delay_ms", 0)) / 1000
+        self.token_s = float(o.get("token_ms", 0)) / 1000
+        self.answer = str(o.get("answer", "{score}"))
+        self.fail_on = str(o.get("fail_on", ""))
+        self.die_on = str(o.get("die_on", ""))
+        self.split_words = {w for w in str(o.get("split_words", "")).split(",") if w}
+        self.started = False
+        self.dead: str | None = None
+        self.seen: list[EngineRequest] = []  # every request, in arrival order (tests read it)
+        self.tokens_generated = 0  # tokens "produced" so far, across requests; stops on abort
+
+    @property
+    def model_name(self) -> str:
+        return f"fake:{self.config.model_path}"
+
+    async def start(self) -> None:
+        await asyncio.sleep(float(self.config.options.get("start_ms", 0)) / 1000)
+        self.started = True
+
+    def answer_token_ids(self, word: str) -> list[int]:
+        return [1, 2] if word in self.split_words else [abs(hash(word)) % 1000]
+
+    async def _generate(self, request: EngineRequest) -> EngineOutput:
+        if self.dead:
+            raise EngineDead(self.dead)
+        self.seen.append(request)
+        text = " ".join(p.text for p in request.chat.user if isinstance(p, TextPart))
+        started = time.perf_counter()
+        await asyncio.sleep(self.delay_s)
+        if self.die_on and self.die_on in text:
+            self.dead = "the fake engine was told to die"
+            raise EngineDead(self.dead)
+        if self.fail_on and self.fail_on in text:
+            raise FakeEngineError("the fake engine was told to fail")
+        s = request.sampling
+        tokens = 0
+        if s.mode == "generate" and self.token_s > 0:
+            for _ in range(s.max_tokens):  # cancellation lands between tokens, as in a real engine
+                await asyncio.sleep(self.token_s)
+                tokens += 1
+                self.tokens_generated += 1
+        brightness = float(request.video[-1].mean()) / 255 if request.video.size else 0.0
+        out = EngineOutput(
+            prompt=text,
+            prompt_tokens=int(request.video.shape[0] * 10 + len(text.split())),
+            output_tokens=tokens or 1,
+            finish_reason="length" if tokens else "stop",
+            engine_ms=(time.perf_counter() - started) * 1000,
+        )
+        if s.mode == "logprob":
+            p = min(max(brightness, 1e-6), 1 - 1e-6)
+            out.logprob_positive, out.logprob_negative = math.log(p), math.log(1 - p)
+            out.output_tokens = 0
+        else:
+            out.text = self.answer.format(score=round(brightness * 100))
+        return out
+
+    async def check_health(self) -> None:
+        if not self.started:
+            raise EngineDead("the fake engine is not started")
+        if self.dead:
+            raise EngineDead(self.dead)

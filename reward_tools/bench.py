@@ -1,0 +1,339 @@
+"""Throughput of the reward server on the paths users run, side by side in one run.
+
+    python -m reward_tools.bench --launch "--engine vllm --model-path DIR ..." --out bench.json
+    python -m reward_tools.bench --url http://127.0.0.1:18080 --paths hook_raw hook_json --n 64
+    python -m reward_tools.bench --peer-url http://127.0.0.1:8000 --peer-model DIR ...   (plain `vllm serve`)
+
+Workload: episodes of 16 frames of 256x256 (max_pixels 200704, as LIBERO-10 runs send) and the
+Qwen progress prompt or its logprob variant; every measurement uses episodes never sent before
+(no engine cache helps). Scoring styles: `logprob` (prefill only) and `genK` (exactly K new
+tokens: random weights need fixed output lengths). Paths, for N episodes ending together:
+
+- `hook_raw`: what the RLinf hook sends by default: `RewardClient.score_episodes`, one raw batch
+  body (frames as bytes); the client's encoding is inside the timing.
+- `hook_json`: the same through `RewardClient.score_batch` (base64 frames in one JSON body).
+- `hook_mp4`: the hook's `video_path` transport: each episode written as an MP4 on a shared disk
+  (inside the timing), one raw batch of paths.
+- `concurrent`: N concurrent `/score` requests (JSON), as clients that score one by one in parallel.
+- `sequential`: the same N episodes one at a time (the seed's behaviour).
+- `peer`: plain `vllm serve` (OpenAI chat API) with the same prompt text and the same 16 frames as
+  an inline MP4 `video_url` (encoded at 2 fps outside the timing), N concurrent calls.
+
+Prints one table (with the server's mean per-stage timings per episode) and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from reward_client.client import AsyncRewardClient, RetryPolicy
+from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
+
+logger = logging.getLogger("reward_tools.bench")
+
+TASKS = (
+    "put both the alphabet soup and the tomato sauce in the basket",
+    "turn on the stove and put the moka pot on it",
+    "put the black bowl in the bottom drawer of the cabinet and close it",
+    "pick up the book and place it in the back compartment of the caddy",
+)
+PATHS = ("hook_raw", "hook_json", "hook_mp4", "concurrent", "sequential", "peer")
+STAGES = ("receive_ms", "prepare_ms", "engine_ms", "total_ms")
+
+
+@dataclass
+class Result:
+    path: str
+    style: str
+    n: int
+    wall_s: float
+    episodes_per_s: float
+    errors: int
+    stages: dict[str, float] = field(default_factory=dict)  # server-side means per episode
+    request_mib: float = 0.0
+
+
+def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
+    """A LIBERO-sized episode: a textured table with a block moving across (not constant)."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(60, 200, size=(size // 8, size // 8, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
+    video = np.repeat(base[None], frames, axis=0)
+    for t in range(frames):
+        x = int((size - 40) * t / max(1, frames - 1))
+        video[t, 100:140, x : x + 40] = (200, 30, 30)
+    return video
+
+
+def style_kwargs(style: str) -> BackendKwargs:
+    if style == "logprob":
+        return BackendKwargs(score_mode="logprob")
+    if style.startswith("gen") and style[3:].isdigit():
+        return BackendKwargs(max_tokens=int(style[3:]), ignore_eos=True, temperature=0.0)
+    raise ValueError(f"unknown style {style!r}: logprob or genK (e.g. gen8, gen256)")
+
+
+class Episodes:
+    """Hands out episodes never sent before, so no measurement is helped by the engine's
+    prefix or multimodal caches (every real episode is new)."""
+
+    def __init__(self, frames: int, size: int):
+        self.frames, self.size, self.next_seed = frames, size, 0
+
+    def take(self, n: int) -> list[np.ndarray]:
+        seeds = range(self.next_seed, self.next_seed + n)
+        self.next_seed += n
+        return [episode(seed, self.frames, self.size) for seed in seeds]
+
+
+def _options(i: int, style: str, nframes: int) -> ScoreOptions:
+    return ScoreOptions(task_text=TASKS[i % len(TASKS)], nframes=nframes, backend_kwargs=style_kwargs(style))
+
+
+def _stages(responses: list) -> dict[str, float]:
+    timings = [r.timings.model_dump() for r in responses if r is not None]
+    return {k: statistics.fmean(t.get(k, 0.0) for t in timings) for k in STAGES} if timings else {}
+
+
+class ServerPaths:
+    """The server-side paths; each returns (wall seconds, responses or None per episode, request MiB)."""
+
+    def __init__(self, url: str, video_dir: str):
+        self.url = url
+        self.video_dir = video_dir
+        policy = RetryPolicy(deadline_s=3600, timeout_s=3600)
+        self.client = AsyncRewardClient(url, policy)
+
+    async def hook_raw(self, videos, style):
+        episodes = [(_options(i, style, len(v)), v) for i, v in enumerate(videos)]
+        started = time.perf_counter()
+        items = await self.client.score_episodes(episodes)
+        wall = time.perf_counter() - started
+        mib = sum(v.nbytes for v in videos) / 2**20
+        return wall, [i.response for i in items], mib
+
+    async def hook_json(self, videos, style):
+        started = time.perf_counter()
+        requests = [
+            ScoreRequest(**_options(i, style, len(v)).model_dump(), frames=InlineFrames.from_array(v))
+            for i, v in enumerate(videos)
+        ]
+        items = await self.client.score_batch(requests)
+        wall = time.perf_counter() - started
+        mib = sum(len(r.frames.data_b64) for r in requests if r.frames) / 2**20
+        return wall, [i.response for i in items], mib
+
+    async def hook_mp4(self, videos, style):
+        from reward_client.video_io import write_mp4
+
+        started = time.perf_counter()
+        paths = [
+            write_mp4(v, os.path.join(self.video_dir, f"bench_{time.time_ns()}_{i}.mp4"), fps=2)
+            for i, v in enumerate(videos)
+        ]
+        items = await self.client.score_episodes(
+            [(_options(i, style, len(v)), p) for i, (v, p) in enumerate(zip(videos, paths, strict=True))]
+        )
+        wall = time.perf_counter() - started
+        mib = sum(os.path.getsize(p) for p in paths) / 2**20
+        for p in paths:
+            os.remove(p)
+        return wall, [i.response for i in items], mib
+
+    def _requests(self, videos, style) -> list[ScoreRequest]:
+        return [
+            ScoreRequest(**_options(i, style, len(v)).model_dump(), frames=InlineFrames.from_array(v))
+            for i, v in enumerate(videos)
+        ]
+
+    async def concurrent(self, videos, style):
+        requests = self._requests(videos, style)  # encoded outside the timing, as before
+        started = time.perf_counter()
+        responses = await asyncio.gather(*(self.client.score(r) for r in requests), return_exceptions=True)
+        wall = time.perf_counter() - started
+        return wall, [r if not isinstance(r, Exception) else None for r in responses], 0.0
+
+    async def sequential(self, videos, style):
+        requests = self._requests(videos, style)
+        started = time.perf_counter()
+        responses = [await self.client.score(r) for r in requests]
+        return time.perf_counter() - started, responses, 0.0
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class PeerPath:
+    """Plain `vllm serve` (OpenAI chat completions), the same prompt text and frames (as MP4)."""
+
+    def __init__(self, url: str, model: str):
+        from reward_server.profiles.qwen2_5_vl import LOGPROB_PROMPT, PROGRESS_PROMPT
+
+        self.url, self.model = url.rstrip("/"), model
+        self.prompts = {"logprob": LOGPROB_PROMPT, "gen": PROGRESS_PROMPT}
+        self.answer_ids: list[int] | None = None
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(model)
+            self.answer_ids = [tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "No")]
+        except Exception:  # the peer still runs; logprob then reads top logprobs unrestricted
+            logger.warning("could not load the tokenizer of %s: logprob calls are not restricted", model)
+
+    def _body(self, i: int, mp4: bytes, style: str) -> dict:
+        task = TASKS[i % len(TASKS)]
+        text = self.prompts["logprob" if style == "logprob" else "gen"].replace("{task}", task)
+        content = [
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(mp4).decode()}},
+            {"type": "text", "text": text},
+        ]
+        body: dict = {"model": self.model, "messages": [{"role": "user", "content": content}], "temperature": 0.0}
+        if style == "logprob":
+            body.update(max_tokens=1, logprobs=True, top_logprobs=2)
+            if self.answer_ids:
+                body["allowed_token_ids"] = self.answer_ids
+        else:
+            body.update(max_tokens=int(style[3:]), ignore_eos=True)
+        return body
+
+    async def peer(self, videos, style):
+        from reward_client.video_io import encode_mp4
+
+        bodies = [self._body(i, encode_mp4(v, fps=2), style) for i, v in enumerate(videos)]  # outside the timing
+        limits = httpx.Limits(max_connections=len(bodies) + 4)
+        async with httpx.AsyncClient(timeout=3600, limits=limits) as client:
+            started = time.perf_counter()
+            answers = await asyncio.gather(
+                *(client.post(f"{self.url}/v1/chat/completions", json=b) for b in bodies), return_exceptions=True
+            )
+            wall = time.perf_counter() - started
+        ok = [a if isinstance(a, httpx.Response) and a.status_code == 200 else None for a in answers]
+        for a in answers:
+            if not (isinstance(a, httpx.Response) and a.status_code == 200):
+                logger.warning("peer call failed: %s", a if not isinstance(a, httpx.Response) else a.text[:300])
+                break
+        mib = sum(len(json.dumps(b)) for b in bodies) / 2**20
+        return wall, [True if a is not None else None for a in ok], mib
+
+    async def close(self) -> None:
+        pass
+
+
+async def run(paths: dict[str, Callable], styles: list[str], ns: list[int], repeats: int, frames: int, size: int):
+    results = []
+    episodes = Episodes(frames, size)
+    for style in styles:
+        for name, fn in paths.items():
+            await fn(episodes.take(4), style)  # warm-up: kernels, graphs, connections
+            for n in ns:
+                runs = 1 if name == "sequential" else repeats
+                best = None
+                for _ in range(runs):
+                    wall, responses, mib = await fn(episodes.take(n), style)
+                    errors = sum(r is None for r in responses)
+                    stages = _stages([r for r in responses if r is not None and r is not True])
+                    r = Result(name, style, n, wall, n / wall, errors, stages, mib)
+                    if best is None or r.wall_s < best.wall_s:
+                        best = r
+                results.append(best)
+                logger.info("%s", best)
+    return results
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        f"{'path':<11} {'style':<8} {'N':>4} {'eps/s':>7} {'wall s':>7} {'err':>4} {'MiB':>7} "
+        + " ".join(f"{s[:-3] + ' ms':>11}" for s in STAGES)
+    ]
+    for r in results:
+        lines.append(
+            f"{r.path:<11} {r.style:<8} {r.n:>4} {r.episodes_per_s:>7.2f} {r.wall_s:>7.2f} {r.errors:>4} "
+            f"{r.request_mib:>7.1f} " + " ".join(f"{r.stages.get(s, float('nan')):>11.1f}" for s in STAGES)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_tools.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="a running reward server")
+    parser.add_argument("--launch", help="start a reward server with these flags (quoted), measure, stop it")
+    parser.add_argument("--peer-url", help="a running `vllm serve` to measure with the same workload")
+    parser.add_argument("--peer-model", help="the model name/path the peer serves (also its tokenizer)")
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=["hook_raw", "hook_json", "hook_mp4", "concurrent"]
+    )
+    parser.add_argument("--n", type=int, nargs="+", default=[64])
+    parser.add_argument("--styles", nargs="+", default=["logprob", "gen8"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=16)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--out", default="bench.json")
+    parser.add_argument("--startup-timeout", type=float, default=900)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    server = None
+    url = args.url
+    video_dir = tempfile.mkdtemp(prefix="reward-bench-")
+    if args.launch is not None:
+        from reward_tools.launch import ServerProcess
+
+        flags = [*shlex.split(args.launch), "--video-root", video_dir]
+        server = ServerProcess(flags, log_path=Path(args.out).with_suffix(".server.log"))
+        server.start()
+        server.wait_ready(args.startup_timeout)
+        url = server.url
+    report: dict = {"launch": args.launch, "workload": {"frames": args.frames, "size": args.size, "max_pixels": 200704}}
+    try:
+        chosen: dict[str, Callable] = {}
+        closers = []
+        if url is not None:
+            report["server"] = httpx.get(f"{url}/health", timeout=10).json()
+            server_paths = ServerPaths(url, video_dir)
+            closers.append(server_paths.close)
+            chosen.update({p: getattr(server_paths, p) for p in args.paths if p != "peer"})
+        if args.peer_url:
+            peer = PeerPath(args.peer_url, args.peer_model or "")
+            chosen["peer"] = peer.peer
+
+        async def go():
+            try:
+                return await run(chosen, args.styles, args.n, args.repeats, args.frames, args.size)
+            finally:
+                for close in closers:
+                    await close()
+
+        results = asyncio.run(go())
+        if url is not None:
+            report["engine_stats"] = httpx.get(f"{url}/stats", timeout=10).json()
+    finally:
+        if server is not None:
+            server.stop()
+    report["host"] = {"python": platform.python_version(), "machine": platform.machine()}
+    report["results"] = [asdict(r) for r in results]
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(table(results))
+    return 1 if any(r.errors for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

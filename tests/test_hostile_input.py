@@ -1,0 +1,263 @@
+"""Hostile or broken input against a live server (the real app, uvicorn and decode workers; the
+model is the fake engine, since none of this reaches a model). Each case checks the answer,
+that nothing outside the allowed roots was read or waited for, where it matters the memory
+spent, and that a valid request is answered correctly afterwards."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from reward_client.video_io import encode_mp4, write_mp4
+from reward_tools.launch import ServerProcess
+from tests.conftest import episode_frames, inline
+from tests.servers import InProcessServer
+
+TASK = "put the black bowl on the plate"
+
+
+def post(*args, **kwargs) -> httpx.Response:
+    kwargs.setdefault("timeout", 60)  # generous: CI machines are small and busy
+    return httpx.post(*args, **kwargs)
+
+
+def get(*args, **kwargs) -> httpx.Response:
+    kwargs.setdefault("timeout", 60)
+    return httpx.get(*args, **kwargs)
+
+
+NOT_A_CONTAINER = "not a video container this server reads"
+
+
+def valid(server, root: Path) -> None:
+    """A good request after the bad one is answered with the right score (bright last frame)."""
+    frames = np.zeros((6, 56, 56, 3), np.uint8)
+    frames[-1] = 255
+    path = root / f"good-{time.monotonic_ns()}.mp4"
+    write_mp4(frames, path)
+    r = post(f"{server.url}/score", json={"task_text": TASK, "video_path": str(path)}, timeout=30)
+    assert r.status_code == 200 and r.json()["score"] > 0.9, r.text
+    assert get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def post_path(server, path, timeout=30.0) -> httpx.Response:
+    return post(f"{server.url}/score", json={"task_text": TASK, "video_path": str(path)}, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("root")
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory) -> Path:
+    """A real video the server must never read (it lies outside the allowed root)."""
+    path = tmp_path_factory.mktemp("outside") / "secret.mp4"
+    write_mp4(np.full((4, 56, 56, 3), 255, np.uint8), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(root):
+    with InProcessServer(video_roots=[str(root)], decode_workers=2, decode_timeout_s=20) as s:
+        yield s
+
+
+def referring_files(root: Path, target: Path) -> dict[str, Path]:
+    """Media files whose demuxers would open another file."""
+    files = {
+        "hls.m3u8": f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{target}\n#EXT-X-ENDLIST\n",
+        "concat.txt": f"ffconcat version 1.0\nfile '{target}'\n",
+        "dash.mpd": f'<?xml version="1.0"?><MPD><Period><BaseURL>{target}</BaseURL></Period></MPD>',
+        "stream.sdp": "v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nt=0 0\nm=video 5004 RTP/AVP 96\n",
+        "frame%03d.png": None,
+        "playlist.mp4": f"#EXTM3U\n#EXTINF:10,\n{target}\n",  # a playlist named like a video
+    }
+    paths = {}
+    for name, text in files.items():
+        path = root / name
+        if text is None:  # an image sequence pattern: the file itself is a PNG
+            path.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
+        else:
+            path.write_text(text)
+        paths[name] = path
+    return paths
+
+
+def test_media_that_refers_to_other_files_is_refused(server, root, outside):
+    assert post_path(server, outside).status_code == 403  # asked for directly: refused
+    for name, path in referring_files(root, outside).items():
+        r = post_path(server, path)
+        assert r.status_code == 400, (name, r.text)
+        assert NOT_A_CONTAINER in r.json()["error"]["message"], name
+        assert str(outside) not in r.text
+        # the same bytes inline are refused the same way
+        data = base64.b64encode(path.read_bytes()).decode()
+        r = post(f"{server.url}/score", json={"task_text": TASK, "video_b64": data})
+        assert r.status_code == 400 and NOT_A_CONTAINER in r.json()["error"]["message"], name
+    valid(server, root)
+
+
+def test_fifos_devices_and_links_out_never_block_or_leak(server, root):
+    fifo = root / "fifo.mp4"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    r = post_path(server, fifo, timeout=10)
+    assert r.status_code == 400 and "not a regular file" in r.json()["error"]["message"]
+    assert time.monotonic() - started < 3
+    (root / "to_dev.mp4").symlink_to("/dev/zero")
+    assert post_path(server, root / "to_dev.mp4").status_code == 403
+    (root / "fifo_list.m3u8").write_text(f"#EXTM3U\n#EXTINF:1,\n{fifo}\n")
+    assert post_path(server, root / "fifo_list.m3u8").status_code == 400
+    valid(server, root)
+
+
+def test_a_nul_byte_in_the_path_is_a_clear_422(server):
+    r = post(f"{server.url}/score", json={"task_text": TASK, "video_path": "/tmp/a\x00b.mp4"})
+    assert r.status_code == 422 and "video_path" in r.json()["error"]["message"]
+    assert "NUL" in r.json()["error"]["message"]
+
+
+def test_dead_decode_workers_are_replaced_and_requests_still_served(server, root):
+    replaced = server.service.pool.replaced
+    for pid in server.service.pool.pids():
+        os.kill(pid, signal.SIGKILL)  # what the OOM killer does
+    time.sleep(0.2)
+    for _ in range(3):
+        valid(server, root)
+    assert server.service.pool.replaced >= replaced + 1
+    assert len(server.service.pool.pids()) == server.service.pool.size
+
+
+@pytest.fixture(scope="module")
+def long_720p(root) -> Path:
+    """600 frames of 1280x720 in a few hundred KB: every frame kept would be 1.6 GB of RGB."""
+    import av
+
+    path = root / "long_720p.mp4"
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 1280, 720, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "35"}
+        frame = np.zeros((720, 1280, 3), np.uint8)
+        for t in range(600):
+            frame[:, :, :] = 40
+            frame[300:420, (t * 2) % 1200 : (t * 2) % 1200 + 80] = 250
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def test_long_video_decodes_within_a_memory_budget_below_keeping_its_frames(root, long_720p):
+    # 700 MB for a worker that, keeping every frame, would need 1.6 GB: only picked frames are kept
+    with InProcessServer(video_roots=[str(root)], decode_memory_mb=700) as s:
+        r = post_path(s, long_720p, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["nframes"] == 16
+        assert s.service.pool.replaced == 0
+
+
+def test_decode_budgets_refuse_with_413_and_the_pool_recovers(root, long_720p):
+    with InProcessServer(video_roots=[str(root)], max_video_frames=100, max_frame_pixels=640 * 480) as s:
+        started = time.monotonic()
+        r = post_path(s, long_720p)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "video_too_large", r.text
+        assert "pixels per frame" in r.json()["error"]["message"]
+        assert time.monotonic() - started < 5  # refused from the stream's header, nothing decoded
+    with InProcessServer(video_roots=[str(root)], max_video_frames=100) as s:
+        r = post_path(s, long_720p)
+        assert r.status_code == 413 and "more than 100 frames" in r.json()["error"]["message"]
+        valid(s, root)
+    heavy = root / "heavy_1080p.mp4"
+    heavy.write_bytes(encode_mp4(np.random.default_rng(0).integers(0, 255, (20, 1080, 1920, 3), dtype=np.uint8)))
+    with InProcessServer(video_roots=[str(root)], decode_timeout_s=1.0) as s:
+        r = post_path(s, heavy)  # 20 frames of 1080p noise: seconds to decode
+        assert r.status_code == 413 and "longer than the 1 s budget" in r.json()["error"]["message"]
+        assert s.service.pool.replaced == 1  # the stuck worker was killed and replaced
+        valid(s, root)
+    with InProcessServer(video_roots=[str(root)], decode_memory_mb=256) as s:
+        # 40 frames of 1080p asked for (20 decoded, 250 MB stacked): over a 256 MB budget
+        r = post(f"{s.url}/score", json={"task_text": TASK, "video_path": str(heavy), "nframes": 40}, timeout=60)
+        assert r.status_code == 413 and "memory" in r.json()["error"]["message"], r.text
+        valid(s, root)
+
+
+def test_slow_and_oversized_request_heads_are_cut_off(root):
+    with InProcessServer(video_roots=[str(root)], header_timeout_s=1, body_timeout_s=1) as s:
+        host, port = "127.0.0.1", s.settings.port
+        slow = []
+        for _ in range(200):  # slowloris: heads that never finish
+            sock = socket.create_connection((host, port))
+            sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")
+            slow.append(sock)
+        idle = socket.create_connection((host, port))  # sends nothing at all
+        time.sleep(2.5)
+        for sock in [*slow, idle]:
+            sock.settimeout(2)
+            data = sock.recv(1024)
+            assert data == b"" or data.startswith(b"HTTP/1.1 408"), data[:80]
+            sock.close()
+        big = socket.create_connection((host, port))
+        big.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1024 * 1024) + b"\r\n\r\n")
+        big.settimeout(5)
+        assert big.recv(1024).startswith(b"HTTP/1.1 431")
+        big.close()
+        stall = socket.create_connection((host, port))  # a body that stops half-way
+        stall.sendall(
+            b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        stall.settimeout(5)
+        assert stall.recv(4096).startswith(b"HTTP/1.1 408")
+        stall.close()
+        assert s.service.admission.bytes == 0
+        valid(s, root)
+
+
+def _rss_tree(pid: int) -> int:
+    proc = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
+
+
+def test_concurrent_huge_bodies_are_refused_before_they_take_memory(tmp_path):
+    flags = ["--engine", "fake", "--decode-workers", "1", "--max-inflight-mb", "150", "--max-body-mb", "120"]
+    flags += ["--engine-option", "delay_ms=3000", "--video-root", str(tmp_path)]
+    with ServerProcess(flags, log_path=tmp_path / "server.log") as server:
+        server.wait_ready(60)
+        baseline = _rss_tree(server.proc.pid)
+        frames = np.random.default_rng(0).integers(0, 255, (100, 512, 512, 3), dtype=np.uint8)  # ~100 MB of JSON
+        payload = httpx.Request("POST", "/", json={"task_text": TASK, "frames": inline(frames)}).content
+        peak = baseline
+        with cf.ThreadPoolExecutor(4) as pool:
+            futures = [
+                pool.submit(
+                    httpx.post,
+                    f"{server.url}/score",
+                    content=payload,
+                    headers={"content-type": "application/json"},
+                    timeout=60,
+                )
+                for _ in range(4)
+            ]
+            while not all(f.done() for f in futures):
+                peak = max(peak, _rss_tree(server.proc.pid))
+                time.sleep(0.05)
+        codes = sorted(f.result().status_code for f in futures)
+        assert codes.count(200) >= 1 and codes.count(503) >= 2, codes
+        # one 100 MB body admitted at a time: parse (worker) + frames, never four bodies at once
+        assert peak - baseline < 900 * 2**20, (peak - baseline) / 2**20
+        assert (
+            post(f"{server.url}/score", json={"task_text": TASK, "frames": inline(episode_frames(4))}).status_code
+            == 200
+        )
