@@ -67,6 +67,8 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 start=$SECONDS
+# this checkout's reward_server and reward_client, in the server and in RLinf's Ray workers alike
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 # A private copy of RLinf: the CPU shim and the runs' logs never touch the user's checkout.
 tree="$out/rlinf"
@@ -107,8 +109,7 @@ trap 'rm -rf "$ray_tmp"' EXIT
 log "runs $runs -> $out"
 status=0
 RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
-  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" LIBERO_CONFIG_PATH="$VENV/libero_config" \
-  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
+  LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
   REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml --backend qwen2_5_vl_vllm" \
   bash "$ROOT/scripts/run_experiments.sh" "$tree" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
   --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
@@ -117,7 +118,7 @@ compare=()
 IFS=, read -r -a run_list <<<"$runs"
 for run in "${run_list[@]}"; do
   log_path=$(cat "$out/run$run/log_path" 2>/dev/null || true)
-  [ -d "$log_path/tensorboard" ] && compare+=("--run" "$run=$log_path")
+  if [ -d "$log_path/tensorboard" ]; then compare+=("--run" "$run=$log_path"); fi
 done
 [ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
 "$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
