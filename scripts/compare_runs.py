@@ -45,11 +45,17 @@ def read_scalars(run_dir: Path, metrics: tuple[str, ...]) -> dict[str, list[tupl
     return {m: sorted(points.items()) for m, points in series.items()}
 
 
-def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], metrics: tuple[str, ...], out_png: Path) -> None:
+TITLE = "LIBERO-10 GRPO: native reward (A) vs VLM judges (B: Qwen2.5-VL, C: PRIMO-R1)"
+
+
+def plot(
+    runs: dict[str, dict[str, list[tuple[int, float]]]], metrics: tuple[str, ...], out_png: Path, title: str = TITLE
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     cols = 2
     rows = (len(metrics) + cols - 1) // cols
@@ -60,9 +66,11 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], metrics: tuple[str
             points = series.get(metric) or []
             if points:
                 steps, values = zip(*points, strict=True)
-                ax.plot(steps, values, label=f"run {name}", color=colors[name], linewidth=1.6)
+                # markers keep short runs, and runs drawn over one another, visible
+                ax.plot(steps, values, label=f"run {name}", color=colors[name], linewidth=1.6, marker="o", markersize=4)
         ax.set_title(metric)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()
@@ -70,7 +78,7 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], metrics: tuple[str
             ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
-    fig.suptitle("LIBERO-10 GRPO: native reward (A) vs VLM judges (B: Qwen2.5-VL, C: PRIMO-R1)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)
     plt.close(fig)
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", action="append", required=True, metavar="NAME=LOG_DIR", help="repeat per run")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.png and OUT.csv")
     parser.add_argument("--metric", action="append", help=f"metrics to plot (default: {', '.join(METRICS)})")
+    parser.add_argument("--title", default=TITLE, help="the figure's title")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     metrics = tuple(args.metric or METRICS)
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             for metric in metrics:
                 for step, value in series[metric]:
                     writer.writerow([name, metric, step, value])
-    plot(runs, metrics, out.with_suffix(".png"))
+    plot(runs, metrics, out.with_suffix(".png"), args.title)
     logger.info("wrote %s and %s", out.with_suffix(".png"), out.with_suffix(".csv"))
     return 0
 

@@ -2,14 +2,19 @@
 # Run the A/B/C comparison against a patched RLinf v0.3 checkout, one run after another.
 #
 #   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR \
-#        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>]
+#        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>] [-- OVERRIDE...]
 #
 # For run B and C it starts the matching reward server on --reward-gpus (kept apart from
 # RLinf's placement, GPUs 0-5 in the run configs), waits for /health, runs
 # `examples/embodiment/run_embodiment.sh <config>`, and stops the server whatever happened.
 # Every run keeps its own reward-server log and RLinf console log under --out; RLinf's own
 # logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
-# recorded in --out/<run>/log_path. Extra server flags: REWARD_SERVER_FLAGS="...".
+# recorded in --out/<run>/log_path, the server's /metrics at the end of the run in
+# --out/<run>/server_metrics.txt. Extra server flags: REWARD_SERVER_FLAGS="...".
+# Hydra overrides after `--` go to every run: run_embodiment.sh takes none, so the script then
+# starts train_embodied_agent.py itself exactly as run_embodiment.sh does, plus the overrides
+# (and the reward server's URL for B/C), with RLINF_PYTHON (default: python), under
+# RUN_TIMEOUT_S if set (a dead Ray worker can hang the driver).
 # Afterwards: python scripts/compare_runs.py --run A=... --run B=... --run C=... (printed).
 set -euo pipefail
 
@@ -31,9 +36,11 @@ while [ $# -gt 0 ]; do
     --qwen-model) qwen=$2; shift 2 ;;
     --primo-model) primo=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --) shift; break ;;
     *) die "unknown option '$1'" ;;
   esac
 done
+overrides=("$@")
 
 bash "$ROOT/scripts/apply_rlinf_patches.sh" "$RLINF_DIR" --check >/dev/null \
   || die "$RLINF_DIR is not patched: bash scripts/apply_rlinf_patches.sh $RLINF_DIR"
@@ -50,8 +57,12 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 server_pid=""
+server_metrics=""
+rlinf_sid=""
 stop_server() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    # what the server counted (requests per route, episodes, batch sizes) outlives it
+    [ -z "$server_metrics" ] || curl -s "http://127.0.0.1:$port/metrics" >"$server_metrics" || true
     log "stopping reward server (pid $server_pid)"
     kill -TERM -- "-$server_pid" 2>/dev/null || kill -TERM "$server_pid" 2>/dev/null || true
     for _ in $(seq 1 60); do kill -0 "$server_pid" 2>/dev/null || break; sleep 1; done
@@ -59,14 +70,23 @@ stop_server() {
   fi
   server_pid=""
 }
-trap stop_server EXIT INT TERM
+stop_rlinf() {  # whatever the run left behind (Ray's processes) in its own session
+  [ -n "$rlinf_sid" ] || return 0
+  pkill -KILL -s "$rlinf_sid" 2>/dev/null || true
+  for _ in $(seq 1 40); do pgrep -s "$rlinf_sid" >/dev/null || break; sleep 0.5; done
+  rlinf_sid=""
+}
+cleanup() { stop_rlinf; stop_server; }
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
 
 start_server() {  # backend model logfile
-  log "starting reward server: --backend $1 --model-path $2 --gpu-ids $reward_gpus --port $port"
+  log "starting reward server: --backend $1 --model-path $2 --gpu-ids $reward_gpus --port $port ${REWARD_SERVER_FLAGS:-}"
   # shellcheck disable=SC2086  # REWARD_SERVER_FLAGS is a list of flags
   setsid "$PY" -m reward_server --backend "$1" --model-path "$2" --gpu-ids "$reward_gpus" \
     --port "$port" ${REWARD_SERVER_FLAGS:-} >"$3" 2>&1 &
   server_pid=$!
+  server_metrics="$run_out/server_metrics.txt"
   local deadline=$((SECONDS + health_timeout))
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
     kill -0 "$server_pid" 2>/dev/null || { tail -20 "$3" >&2; die "reward server exited during startup (log: $3)"; }
@@ -74,6 +94,36 @@ start_server() {  # backend model logfile
     sleep 2
   done
   log "reward server healthy: $(curl -s "http://127.0.0.1:$port/health")"
+}
+
+run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are overrides
+  if [ ${#overrides[@]} -eq 0 ]; then
+    (cd "$RLINF_DIR" && bash examples/embodiment/run_embodiment.sh "$2")
+    return
+  fi
+  local extra=()
+  [ "$1" = A ] || extra=("env.train.reward_model.url=http://127.0.0.1:$port")
+  # the environment and arguments run_embodiment.sh gives train_embodied_agent.py
+  local embodied="$RLINF_DIR/examples/embodiment"
+  local log_dir
+  log_dir="$RLINF_DIR/logs/$(date +'%Y%m%d-%H:%M:%S')-$2"
+  mkdir -p "$log_dir"
+  local timeout=()
+  [ -z "${RUN_TIMEOUT_S:-}" ] || timeout=(timeout -k 30 "$RUN_TIMEOUT_S")
+  (
+    cd "$RLINF_DIR"
+    export EMBODIED_PATH="$embodied" REPO_PATH="$RLINF_DIR" PYTHONPATH="$RLINF_DIR${PYTHONPATH:+:$PYTHONPATH}"
+    export MUJOCO_GL=${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=${PYOPENGL_PLATFORM:-egl}
+    export ROBOT_PLATFORM=${ROBOT_PLATFORM:-LIBERO} LIBERO_TYPE=${LIBERO_TYPE:-standard}
+    exec setsid "${timeout[@]}" "${RLINF_PYTHON:-python}" "$embodied/train_embodied_agent.py" \
+      --config-path "$embodied/config/" --config-name "$2" runner.logger.log_path="$log_dir" \
+      "${overrides[@]}" "${extra[@]}"
+  ) &
+  rlinf_sid=$!
+  local rc=0
+  wait "$rlinf_sid" || rc=$?
+  stop_rlinf
+  return $rc
 }
 
 declare -A config=([A]=libero_10_grpo_openvlaoft_runA [B]=libero_10_grpo_openvlaoft_runB_qwen [C]=libero_10_grpo_openvlaoft_runC_primo)
@@ -89,7 +139,7 @@ for run in "${run_list[@]}"; do
   before=$(ls -1d "$RLINF_DIR"/logs/*-"${config[$run]}" 2>/dev/null || true)
   log "run $run: ${config[$run]} (console log: $run_out/console.log)"
   set +e
-  (cd "$RLINF_DIR" && bash examples/embodiment/run_embodiment.sh "${config[$run]}") >"$run_out/console.log" 2>&1
+  run_rlinf "$run" "${config[$run]}" >"$run_out/console.log" 2>&1
   rc=$?
   set -e
   stop_server

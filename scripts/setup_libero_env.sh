@@ -43,6 +43,24 @@ if ! "$PY" -c "import rlinf, libero, robosuite, mujoco, reward_client" 2>/dev/nu
   pip_install -e "$ROOT[mp4]"
 fi
 
+# RLinf's training entry point (examples/embodiment/train_embodied_agent.py) imports more than
+# its LIBERO env. transformers stays at 4: v0.3 imports AutoModelForVision2Seq, gone in 5.
+# torchvision: PyPI's only build for torch 2.13 is made for the standard torch build and its ops
+# do not load against a local +cpu torch, so the standard build (it runs on CPU too) goes in.
+if ! "$PY" -c "import torch, torchvision, transformers, accelerate, peft, pandas, gymnasium, tensorboard, psutil
+torch.ops.torchvision.nms" 2>/dev/null; then
+  log "installing what RLinf's training entry point imports (a few minutes, several GB)"
+  if "$PY" -c "import sys, torch; sys.exit(not torch.__version__.endswith('+cpu'))"; then
+    tmp=$(mktemp -d)
+    PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$PY" -m pip download -q --no-deps torch==2.13.0 -d "$tmp"
+    PIP_FIND_LINKS= pip_install "$tmp"/torch-2.13.0-*.whl
+    rm -rf "$tmp"
+  fi
+  PIP_FIND_LINKS= pip_install "numpy<2" torch==2.13.0 torchvision==0.28.0 transformers==4.57.6 \
+      accelerate==1.15.0 peft==0.21.2 pandas==3.0.6 gymnasium==1.4.0 tensorboard==2.21.0 regex==2026.11.15 \
+      tqdm==4.70.1 huggingface_hub==0.36.2 psutil==7.2.2
+fi
+
 LIBERO_PKG=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('libero').submodule_search_locations[0], 'libero'))")
 if [ -f "$ASSET_TOOL" ]; then
   "$PY" "$ASSET_TOOL" "$LIBERO_PKG/assets" >&2

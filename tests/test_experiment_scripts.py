@@ -9,6 +9,7 @@ checkpoint).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import socket
@@ -152,3 +153,49 @@ def test_unpatched_checkout_is_refused(tmp_path):
         ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(tree), "--runs", "A"], capture_output=True, text=True
     )
     assert result.returncode == 1 and "is not patched" in result.stderr
+
+
+STAND_IN_ENTRY_POINT = textwrap.dedent(
+    """\
+    # stand-in for train_embodied_agent.py: records how it was started, leaves a child behind
+    import json, os, subprocess, sys
+    args = sys.argv[1:]
+    log_path = next(a.split("=", 1)[1] for a in args if a.startswith("runner.logger.log_path="))
+    child = subprocess.Popen(["sleep", "300"])  # like a Ray process the driver did not stop
+    env = {k: os.environ.get(k) for k in ("EMBODIED_PATH", "PYTHONPATH", "ROBOT_PLATFORM", "MUJOCO_GL")}
+    with open(os.path.join(log_path, "started.json"), "w") as f:
+        json.dump({"args": args, "env": env, "cwd": os.getcwd(), "child": child.pid}, f)
+    """
+)
+
+
+def test_overrides_start_the_entry_point_as_run_embodiment_does(rlinf_tree, tmp_path):
+    (rlinf_tree / "examples" / "embodiment" / "train_embodied_agent.py").write_text(STAND_IN_ENTRY_POINT)
+    out = tmp_path / "exp"
+    env = {**os.environ, "RLINF_PYTHON": "python", "RUN_TIMEOUT_S": "60", "PYTHONPATH": "/extra"}
+    cmd = ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(rlinf_tree), "--runs", "A", "--out", str(out)]
+    result = subprocess.run(
+        [*cmd, "--", "algorithm.group_size=2", "+env.train.x=1"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    log_path = Path((out / "runA" / "log_path").read_text().strip())
+    started = json.loads((log_path / "started.json").read_text())
+    embodied = rlinf_tree / "examples" / "embodiment"
+    assert started["args"] == [
+        "--config-path",
+        f"{embodied}/config/",
+        "--config-name",
+        "libero_10_grpo_openvlaoft_runA",
+        f"runner.logger.log_path={log_path}",
+        "algorithm.group_size=2",
+        "+env.train.x=1",
+    ]  # run A asks no reward server: no URL override
+    assert log_path.parent == rlinf_tree / "logs" and log_path.name.endswith("-libero_10_grpo_openvlaoft_runA")
+    assert started["env"] == {
+        "EMBODIED_PATH": str(embodied),
+        "PYTHONPATH": f"{rlinf_tree}:/extra",
+        "ROBOT_PLATFORM": "LIBERO",
+        "MUJOCO_GL": "egl",
+    }
+    assert started["cwd"] == str(rlinf_tree)
+    assert not Path(f"/proc/{started['child']}").exists()  # what the run left behind was stopped

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Tiny runs A, B and C through RLinf's own training entry point, then the comparison PNG: the
+# whole loop (Hydra config, Ray workers, LIBERO-10 simulator, reward server, TensorBoard) in
+# about 5 minutes on 2 CPU cores.
+#
+#   bash scripts/run_tiny_experiments.sh [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR]
+#
+# The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
+# them small: RLinf's mlp_policy (random init; reads LIBERO's 8 state numbers) instead of
+# OpenVLA-OFT, 2 envs x 16 steps on LIBERO-10 task 8, one group of 2, 2 training steps. The judge
+# of both B and C is a random-weight tiny Qwen2.5-VL with the Qwen profile on the transformers
+# engine, scoring in logprob mode: random weights write no number, and PRIMO-R1's profile needs a
+# written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint.
+# scripts/run_experiments.sh starts, health-checks and stops the server for B and C, as at full size.
+#
+# --rlinf: an RLinf v0.3 checkout (default: the rlinf package of the LIBERO environment plus the
+# examples/ folder at $RLINF_EXAMPLES). It is copied to OUT/rlinf and patched there, never in place.
+# Without CUDA the copy also gets tests/rlinf_cpu_shim.patch (RLinf v0.3 has no CPU path; test
+# infrastructure that apply_rlinf_patches.sh never applies) and the bucket weight syncer; with
+# CUDA the same command runs RLinf unmodified but for the project's patch.
+# Writes OUT/compare.png and OUT/compare.csv, and prints a per-step summary (OUT/summary.txt).
+# Environment: LIBERO_VENV (scripts/setup_libero_env.sh), PYTHON (the reward server's, default python3).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+VENV=${LIBERO_VENV:-$HOME/.cache/reward_server/libero-venv}
+LIBERO_PY="$VENV/bin/python"
+die() { echo "run_tiny_experiments: $*" >&2; exit 1; }
+log() { echo "[run_tiny_experiments] $*" >&2; }
+
+# The one place that makes the full-size run configs tiny (Hydra overrides).
+TINY=(
+  actor.model.model_type=mlp_policy +actor.model.obs_dim=8 actor.model.action_dim=7
+  actor.model.num_action_chunks=1 actor.model.precision=fp32 actor.model.add_value_head=False
+  actor.model.model_path=null rollout.model.model_path=null
+  '~cluster.component_placement' +cluster.component_placement.actor=0
+  +cluster.component_placement.env=0 +cluster.component_placement.rollout=0
+  algorithm.group_size=2 env.train.total_num_envs=2 env.train.rollout_epoch=1
+  env.train.max_episode_steps=16 env.train.max_steps_per_rollout_epoch=16 +env.train.specific_reset_id=400
+  env.train.video_cfg.save_video=False env.train.reward_model.score_mode=logprob
+  env.train.reward_model.backend=qwen2_5_vl_vllm
+  env.train.reward_model.wait_ready_s=120
+  actor.micro_batch_size=16 actor.global_batch_size=32 actor.enable_offload=False rollout.enable_offload=False
+  actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
+  runner.max_epochs=2 runner.save_interval=-1
+)
+# RLinf's default patch syncer needs CUDA; the bucket syncer also runs on CPU.
+CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
+
+rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=A,B,C; judge=""; port=""
+examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rlinf) rlinf_src=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --judge-model) judge=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    *) die "unknown option '$1' (usage: $0 [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR] [--port N])" ;;
+  esac
+done
+
+[ -x "$LIBERO_PY" ] || die "no LIBERO environment at $VENV: bash scripts/setup_libero_env.sh"
+"$LIBERO_PY" -c "import rlinf, libero, torchvision, transformers, tensorboard" 2>/dev/null \
+  || die "$VENV lacks what RLinf's runner imports: bash scripts/setup_libero_env.sh"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+start=$SECONDS
+# this checkout's reward_server and reward_client, in the server and in RLinf's Ray workers alike
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# A private copy of RLinf: the CPU shim and the runs' logs never touch the user's checkout.
+tree="$out/rlinf"
+rm -rf "$tree"
+mkdir -p "$tree/examples"
+if [ -n "$rlinf_src" ]; then
+  [ -d "$rlinf_src/rlinf" ] && [ -d "$rlinf_src/examples/embodiment" ] || die "$rlinf_src is not an RLinf checkout"
+  cp -r "$rlinf_src/rlinf" "$tree/"
+  cp -r "$rlinf_src/examples/embodiment" "$tree/examples/"
+else
+  [ -d "$examples/embodiment" ] || die "no RLinf examples/ at $examples: pass --rlinf CHECKOUT or set RLINF_EXAMPLES"
+  cp -r "$("$LIBERO_PY" -c 'import os, rlinf; print(os.path.dirname(rlinf.__file__))')" "$tree/"
+  cp -r "$examples/embodiment" "$tree/examples/"
+fi
+find "$tree" -name __pycache__ -prune -exec rm -rf {} +
+bash "$ROOT/scripts/apply_rlinf_patches.sh" "$tree" >&2
+
+overrides=("${TINY[@]}")
+if "$LIBERO_PY" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+  log "CUDA present: RLinf as released (plus the project's patch)"
+else
+  log "no CUDA: applying the test-only CPU shim to the copy"
+  (cd "$tree" && GIT_CEILING_DIRECTORIES="$(dirname "$tree")" git apply "$ROOT/tests/rlinf_cpu_shim.patch")
+  overrides+=("${CPU_ONLY[@]}")
+fi
+
+if [ -z "$judge" ]; then
+  judge="$out/judge"
+  "$PY" -m reward_server.tiny_checkpoint "$judge" >&2
+fi
+[ -n "$port" ] || port=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+
+# Ray's own directory, so RLinf's ray.init(address="auto") never joins another Ray on this host;
+# short, because Ray's socket paths must fit in 107 characters.
+ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tiny-ray.XXXXXX")
+trap 'rm -rf "$ray_tmp"' EXIT
+
+log "runs $runs -> $out"
+status=0
+RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
+  LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
+  REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml --backend qwen2_5_vl_vllm" \
+  bash "$ROOT/scripts/run_experiments.sh" "$tree" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
+  --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
+
+compare=()
+IFS=, read -r -a run_list <<<"$runs"
+for run in "${run_list[@]}"; do
+  log_path=$(cat "$out/run$run/log_path" 2>/dev/null || true)
+  if [ -d "$log_path/tensorboard" ]; then compare+=("--run" "$run=$log_path"); fi
+done
+[ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
+"$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
+  --metric env/success_once --metric env/return --metric env/vlm_score --metric train/actor/grad_norm \
+  --title "Tiny A/B/C through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge for B and C)"
+"$PY" "$ROOT/scripts/tiny_summary.py" "${compare[@]}" | tee "$out/summary.txt"
+log "done in $((SECONDS - start)) s: $out/compare.png"
+exit $status
