@@ -227,7 +227,7 @@ def _raw_batch(episodes: list[Episode]) -> _Body:
 class RewardClient(_Base):
     """Blocking client; one instance per process (it pools connections)."""
 
-    def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
+    def __init__(self, base_url: str | Sequence[str], policy: RetryPolicy | None = None, api_key: str | None = None):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.Client(timeout=self._timeout(), headers=self.headers)
 
@@ -303,7 +303,7 @@ class RewardClient(_Base):
 class AsyncRewardClient(_Base):
     """asyncio client with the same behaviour as RewardClient."""
 
-    def __init__(self, base_url: str, policy: RetryPolicy | None = None, api_key: str | None = None):
+    def __init__(self, base_url: str | Sequence[str], policy: RetryPolicy | None = None, api_key: str | None = None):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.AsyncClient(timeout=self._timeout(), headers=self.headers)
 

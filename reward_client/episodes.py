@@ -119,6 +119,11 @@ class EpisodeBuffers:
             raise ValueError(f"env {env} has recorded no frames")
         return buf.frames()
 
+    def steps(self, env: int) -> list[int]:
+        """The episode steps `frames(env)` returns."""
+        buf = self._buffers[env]
+        return [] if buf is None else buf.steps()
+
     def length(self, env: int) -> int:
         buf = self._buffers[env]
         return 0 if buf is None else buf.length

@@ -222,6 +222,19 @@ class VLMRewardHook:
             items = [None] * len(envs)
         finally:
             self._cleanup(paths)
+        refused = [(int(env), item.error) for env, item in zip(envs, items, strict=True) if item and item.error]
+        if refused:
+            # the server answered, but not for these episodes (a wrong option, a deadline): a
+            # request error like any other, not a model output to fall back from silently
+            self.counts["request_errors"] += 1
+            env, error = refused[0]
+            if self.config.fail_on_request_error:
+                raise RuntimeError(
+                    f"VLM reward server refused {len(refused)} of {len(envs)} episodes (env {env}: "
+                    f"{error.type}: {error.message}). Fix the reward_model settings, or set "
+                    f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' "
+                    "fallback instead (counted in env/vlm_fallback)"
+                )
         elapsed_ms = (time.perf_counter() - started) * 1000
         for env, item in zip(envs, items, strict=True):
             score = item.response.score if item is not None and item.response is not None else None

@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from reward_client.client import AsyncRewardClient, RetryPolicy
+from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
 
 logger = logging.getLogger("reward_tools.bench")
@@ -118,12 +118,16 @@ class ServerPaths:
         self.url = url
         self.video_dir = video_dir
         policy = RetryPolicy(deadline_s=3600, timeout_s=3600)
-        self.client = AsyncRewardClient(url, policy)
+        # several servers (comma-separated): the client splits each batch across them. The hook
+        # paths use the blocking client, as the RLinf hook does (it sends a split batch's parts
+        # from threads); the one-request-per-episode paths use the async client.
+        self.client = AsyncRewardClient(url.split(","), policy)
+        self.hook = RewardClient(url.split(","), policy)
 
     async def hook_raw(self, videos, style):
         episodes = [(_options(i, style, len(v)), v) for i, v in enumerate(videos)]
         started = time.perf_counter()
-        items = await self.client.score_episodes(episodes)
+        items = await asyncio.to_thread(self.hook.score_episodes, episodes)
         wall = time.perf_counter() - started
         mib = sum(v.nbytes for v in videos) / 2**20
         return wall, [i.response for i in items], mib
@@ -134,7 +138,7 @@ class ServerPaths:
             ScoreRequest(**_options(i, style, len(v)).model_dump(), frames=InlineFrames.from_array(v))
             for i, v in enumerate(videos)
         ]
-        items = await self.client.score_batch(requests)
+        items = await asyncio.to_thread(self.hook.score_batch, requests)
         wall = time.perf_counter() - started
         mib = sum(len(r.frames.data_b64) for r in requests if r.frames) / 2**20
         return wall, [i.response for i in items], mib
@@ -177,6 +181,7 @@ class ServerPaths:
 
     async def close(self) -> None:
         await self.client.aclose()
+        self.hook.close()
 
 
 class PeerPath:
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reward_tools.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--url", help="a running reward server")
+    parser.add_argument("--url", help="a running reward server (several, comma-separated: the batch is split)")
     parser.add_argument("--launch", help="start a reward server with these flags (quoted), measure, stop it")
     parser.add_argument("--peer-url", help="a running `vllm serve` to measure with the same workload")
     parser.add_argument("--peer-model", help="the model name/path the peer serves (also its tokenizer)")
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen: dict[str, Callable] = {}
         closers = []
         if url is not None:
-            report["server"] = httpx.get(f"{url}/health", timeout=10).json()
+            report["server"] = httpx.get(f"{url.split(',')[0]}/health", timeout=10).json()
             server_paths = ServerPaths(url, video_dir)
             closers.append(server_paths.close)
             chosen.update({p: getattr(server_paths, p) for p in args.paths if p != "peer"})
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
         results = asyncio.run(go())
         if url is not None:
-            report["engine_stats"] = httpx.get(f"{url}/stats", timeout=10).json()
+            report["engine_stats"] = [httpx.get(f"{u}/stats", timeout=10).json() for u in url.split(",")]
     finally:
         if server is not None:
             server.stop()

@@ -23,7 +23,8 @@ header() {
 # pip freeze minus the project itself (installed editable) and anything named in $2 (a regex)
 freeze() {
   # local build labels (+cpu) are dropped: the same release from any index satisfies the pin
-  "$1/bin/python" -m pip freeze --all --exclude-editable | grep -viE "^(vlm-reward-service|${2:-^$})[=@ ]" \
+  # (pip list, not pip freeze: a wheel installed from a file is recorded as name==version)
+  "$1/bin/python" -m pip list --format=freeze --exclude-editable | grep -viE "^(vlm-reward-service|${2:-^$})[=@ ]" \
     | sed -E 's/\+cpu$//' | LC_ALL=C sort -f
 }
 

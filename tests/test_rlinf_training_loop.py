@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reward_server.launch import free_port
+from reward_tools.launch import free_port
 from tests.test_rlinf_integration import LIBERO_VENV, SHARED_CONFIGS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -87,15 +87,19 @@ class HFEngine(Engine):
     # --- micro-batching ----------------------------------------------------------------------
 
     async def _collect(self) -> list[_Pending]:
+        """A micro-batch: requests keep joining while they arrive within `batch_wait_ms` of each
+        other (the episodes of one batch body arrive a few ms apart as their bytes stream in),
+        up to `max_batch_size` or ten waits in all."""
         batch = [await self._queue.get()]
-        deadline = time.perf_counter() + self.config.batch_wait_ms / 1000
+        wait = self.config.batch_wait_ms / 1000
+        deadline = time.perf_counter() + 10 * wait
         while len(batch) < self.config.max_batch_size:
             try:
                 batch.append(self._queue.get_nowait())
                 continue
             except asyncio.QueueEmpty:
                 pass
-            remaining = deadline - time.perf_counter()
+            remaining = min(wait, deadline - time.perf_counter())
             if remaining <= 0:
                 break
             try:

@@ -9,7 +9,9 @@
 #       hook MP4 video_path, concurrent /score) and plain `vllm serve` on the same prompt and
 #       frames, one after another on one GPU, then one table (reward_tools.bench_report).
 # hf:   the transformers engine bare and through the server (hook raw batch).
-# ray:  Ray Serve with 1 and 2 replicas (one GPU each) on the hook path (needs 2 GPUs).
+# split: two servers, one per GPU, behind the client's replica list (it splits each batch),
+#       against one of them alone, on the hook path (needs 2 GPUs).
+# ray:  Ray Serve with 1 and 2 replicas (one GPU each) on the hook path (needs 2 GPUs and Ray).
 # Workload: a random-weight checkpoint with Qwen2.5-VL-7B's shapes, 16 frames of 256x256 per
 # episode, N = 64 episodes ending together, logprob (prefill only) and 256 new tokens.
 set -euo pipefail
@@ -55,6 +57,19 @@ case "${1:?vllm, hf or ray}" in
     python3 -m reward_tools.bench --launch "$COMMON --engine hf --max-batch-size $N" --n "$N" --styles $STYLES \
       --paths hook_raw --repeats 1 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
     python3 -m reward_tools.bench_report "$OUT"/raw_hf.json "$OUT"/server_hf.json | tee "$OUT/table_hf.md"
+    ;;
+  split)
+    for gpu in 0 1; do
+      python3 -m reward_server $COMMON --engine vllm $TUNED --gpu-ids $gpu --port 1808$gpu \
+        >"$OUT/split_server_$gpu.log" 2>&1 &
+    done
+    trap 'pkill -f "reward_server .*--port 1808" || true' EXIT
+    wait_http http://127.0.0.1:18080/health 900 && wait_http http://127.0.0.1:18081/health 900
+    python3 -m reward_tools.bench --url http://127.0.0.1:18080 --n 64 128 --styles $STYLES --paths hook_raw \
+      --repeats 2 --out "$OUT/split_1.json" 2>"$OUT/split_bench_1.log"
+    python3 -m reward_tools.bench --url http://127.0.0.1:18080,http://127.0.0.1:18081 --n 64 128 --styles $STYLES \
+      --paths hook_raw --repeats 2 --out "$OUT/split_2.json" 2>"$OUT/split_bench_2.log"
+    python3 -m reward_tools.bench_report "$OUT"/split_1.json "$OUT"/split_2.json | tee "$OUT/table_split.md"
     ;;
   ray)
     for replicas in 1 2; do
