@@ -7,7 +7,9 @@ then the judge's score (or its binary threshold) for the rest of the episode. RL
 arithmetic then gives `reward_coef * score` once, at the first done step, under
 `use_rel_reward`; envs that keep stepping after done are not scored again.
 
-All envs that end in the same step are judged in one batch request.
+All envs that end in the same step are judged in one batch request, with the canary probes of
+some of them (reward_client.canary); the judge is audited against LIBERO's success flag
+(reward_client.audit). Neither touches a reward.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from reward_client.client import RetryPolicy, RewardClient, RewardClientError
+from reward_client.audit import CanaryTally, JudgeAudit, task_key
+from reward_client.canary import CANARY_KINDS, CanaryKind, CanaryPlanner
+from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
 from reward_client.episodes import EpisodeBuffers
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreMode, ScoreOptions, ScoreRequest
+from reward_client.protocol import MAX_BATCH_ITEMS, BackendKwargs, InlineFrames, ScoreMode, ScoreOptions, ScoreRequest
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +65,10 @@ class RewardModelConfig(BaseModel):
     deadline_s: float = Field(900.0, gt=0)
     wait_ready_s: float = Field(600.0, ge=0)
     api_key: str | None = None
+    audit: bool = Field(True, description="log env/vlm_audit/*: the judge against LIBERO's success flag")
+    canary_fraction: float = Field(0.0, ge=0.0, le=1.0, description="share of episodes also sent as canary probes")
+    canary_kinds: list[CanaryKind] = Field(default_factory=lambda: list(CANARY_KINDS))
+    canary_tasks: list[str] = Field(default_factory=list, description="wrong_task instructions besides the envs' tasks")
 
 
 class VLMRewardHook:
@@ -85,6 +93,11 @@ class VLMRewardHook:
         self.scores = np.zeros(num_envs, dtype=np.float64)
         self.fallback = np.zeros(num_envs, dtype=np.float64)
         self.latency_ms = np.zeros(num_envs, dtype=np.float64)
+        self.env_success = np.zeros(num_envs, dtype=bool)  # LIBERO's flag so far: measured against, never a reward
+        self.audit = JudgeAudit(config.success_threshold) if config.audit else None
+        self.canaries = CanaryTally(config.canary_kinds) if config.canary_fraction > 0 else None
+        self.planner = CanaryPlanner(config.canary_fraction, config.canary_kinds, config.canary_tasks)
+        self._task_ids: Any = None
         self.counts = {
             "episodes": 0,
             "scored": 0,
@@ -92,6 +105,8 @@ class VLMRewardHook:
             "parse_failures": 0,
             "request_errors": 0,
             "batches": 0,
+            "canaries": 0,
+            "canary_failures": 0,
         }
         self._video_dir = config.video_dir or os.path.join(tempfile.gettempdir(), "rlinf_vlm_episodes")
         if config.transport == "video_path" or config.keep_videos:
@@ -138,15 +153,27 @@ class VLMRewardHook:
         for arr in (self.values, self.scores, self.fallback, self.latency_ms):
             arr[ids] = 0.0
         self.judged[ids] = False
+        self.env_success[ids] = False
+        for window in (self.audit, self.canaries):
+            if window is not None and len(ids) == self.num_envs:  # every env restarts: a new rollout epoch
+                window.new_window()
 
     def on_step(
-        self, main_images: Any, task_descriptions: Sequence[str], terminations: Any, truncations: Any
+        self,
+        main_images: Any,
+        task_descriptions: Sequence[str],
+        terminations: Any,
+        truncations: Any,
+        task_ids: Any = None,
     ) -> np.ndarray:
         """Record this step's frames, judge episodes that just ended; returns the per-env value
-        that replaces the termination flags in RLinf's reward."""
+        that replaces the termination flags in RLinf's reward. task_ids (LIBERO's) name the
+        per-task audit scalars (else a slug of the task text does)."""
         terminations = np.asarray(terminations, dtype=bool)
         truncations = np.asarray(truncations, dtype=bool)
         running = ~self.judged
+        self.env_success |= terminations & running
+        self._task_ids = task_ids
         self.buffers.append(np.asarray(main_images), running)
         if self.ignore_terminations:
             ended = truncations
@@ -160,35 +187,41 @@ class VLMRewardHook:
         return self.values.copy()
 
     def episode_info(self) -> dict[str, np.ndarray]:
-        """Per-episode values for `infos["episode"]` (RLinf logs them as env/<key>)."""
-        return {
+        """Per-episode values for `infos["episode"]` (RLinf logs them as env/<key>), plus this rollout
+        epoch's audit and canary aggregates in every env's slot (reward_client.audit says why)."""
+        info = {
             "vlm_score": self.scores.copy(),
             "vlm_fallback": self.fallback.copy(),
             "vlm_latency_ms": self.latency_ms.copy(),
         }
+        for window in (self.audit, self.canaries):
+            info.update({k: np.full(self.num_envs, v) for k, v in (window.scalars() if window else {}).items()})
+        return info
 
     # --- judging ------------------------------------------------------------------------------
 
-    def _episode(self, env: int, task: str) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
-        """(options, frames or video path, file to delete afterwards) for one finished episode."""
-        frames = self.buffers.frames(env)
+    def _episode(
+        self, env: int, task: str, frames: np.ndarray, tag: str | None = None
+    ) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
+        """(options, frames or video path, file to delete afterwards) for one episode or probe."""
         options = ScoreOptions(
+            request_id=tag,  # None for real episodes; canary probes are marked
             task_text=task,
             nframes=self.config.nframes,
             max_pixels=self.config.max_pixels,
             backend=self.config.backend,
             backend_kwargs=BackendKwargs(score_mode=self.config.score_mode),
         )
-        if self.config.transport == "video_path" or self.config.keep_videos:
+        if self.config.transport == "video_path" or (self.config.keep_videos and tag is None):
             from reward_client.video_io import write_mp4
 
-            path = os.path.join(self._video_dir, f"{uuid.uuid4().hex}_env{env}.mp4")
+            path = os.path.join(self._video_dir, f"{uuid.uuid4().hex}_env{env}{'_' + tag if tag else ''}.mp4")
             write_mp4(frames, path)
             if self.config.transport == "video_path":
                 return options, path, path
         return options, frames, None
 
-    def _send(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]]):
+    def _send(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]]) -> list:
         if self.config.transport == "inline":
             requests = [
                 ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(frames))
@@ -199,12 +232,19 @@ class VLMRewardHook:
 
     def _judge(self, envs: np.ndarray, tasks: Sequence[str], terminations: np.ndarray) -> None:
         started = time.perf_counter()
-        episodes = [self._episode(int(e), str(tasks[e])) for e in envs]
-        paths = [path for _, _, path in episodes]
+        frames = [self.buffers.frames(int(e)) for e in envs]
+        texts = [str(tasks[e]) for e in envs]
+        self.planner.task_pool.update(dict.fromkeys(map(str, tasks)))  # wrong_task draws from every env's task
+        probes = [] if self.canaries is None else self.planner.plan(envs, texts, frames, MAX_BATCH_ITEMS - len(envs))
+        built = [self._episode(int(e), t, f) for e, t, f in zip(envs, texts, frames, strict=True)]
+        built += [self._episode(p.source, p.task, p.frames, p.request_id) for p in probes]
+        episodes = [(options, video) for options, video, _ in built]
+        paths = [path for _, _, path in built]
         self.counts["episodes"] += len(envs)
         self.counts["batches"] += 1
+        self.counts["canaries"] += len(probes)
         try:
-            items = self._send([(options, video) for options, video, _ in episodes])
+            items = self._score_batch(episodes, len(envs))
         except RewardClientError as exc:
             self.counts["request_errors"] += 1
             if self.config.fail_on_request_error:
@@ -219,10 +259,11 @@ class VLMRewardHook:
                 len(envs),
                 self.config.fallback,
             )
-            items = [None] * len(envs)
+            items = [None] * len(episodes)
         finally:
             self._cleanup(paths)
-        refused = [(int(env), item.error) for env, item in zip(envs, items, strict=True) if item and item.error]
+        real = zip(envs, items[: len(envs)], strict=True)
+        refused = [(int(env), item.error) for env, item in real if item is not None and item.error is not None]
         if refused:
             # the server answered, but not for these episodes (a wrong option, a deadline): a
             # request error like any other, not a model output to fall back from silently
@@ -236,7 +277,14 @@ class VLMRewardHook:
                     "fallback instead (counted in env/vlm_fallback)"
                 )
         elapsed_ms = (time.perf_counter() - started) * 1000
-        for env, item in zip(envs, items, strict=True):
+        for probe, item in zip(probes, items[len(envs) :], strict=True):  # logged only; a failure is counted
+            score = item.response.score if item is not None and item.response is not None else None
+            self.counts["canary_failures"] += score is None
+            self.canaries.record_probe(probe.kind, score)
+            if score is None and item is not None:  # a request that failed was logged once, above
+                why = item.error or item.response.parse_status.value
+                logger.warning("VLM canary %s has no score (%s); no reward depends on it", probe.request_id, why)
+        for env, item in zip(envs, items[: len(envs)], strict=True):
             score = item.response.score if item is not None and item.response is not None else None
             if score is None:
                 reason = (
@@ -253,9 +301,30 @@ class VLMRewardHook:
                 self.scores[env] = score
                 self.values[env] = self._value(score)
                 self.counts["scored"] += 1
+                self._measure(int(env), str(tasks[env]), score)
             self.latency_ms[env] = elapsed_ms
             self.judged[env] = True
         logger.info("VLM reward: judged %d episodes in %.0f ms (totals %s)", len(envs), elapsed_ms, self.counts)
+
+    def _score_batch(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]], real: int) -> list:
+        """If the server refuses the request as sent (4xx, e.g. a body limit that the canary
+        probes pushed it over), the real episodes go again without them."""
+        try:
+            return self._send(episodes)
+        except RewardRequestError as exc:
+            if real == len(episodes):
+                raise
+            logger.warning("VLM canary: request refused with its probes (%s); resending the episodes alone", exc)
+            return [*self._send(episodes[:real]), *[None] * (len(episodes) - real)]
+
+    def _measure(self, env: int, task: str, score: float) -> None:
+        """The judged episode against LIBERO's flag (fallback episodes were not judged): logged only."""
+        success = bool(self.env_success[env])
+        if self.audit is not None:
+            task_id = None if self._task_ids is None else self._task_ids[env]
+            self.audit.record(task_key(task_id, task), task, score, success)
+        if self.canaries is not None:
+            self.canaries.record_real(score, success)
 
     def _value(self, score: float) -> float:
         if self.config.binary_reward:

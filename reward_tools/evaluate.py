@@ -11,7 +11,10 @@ order, for the value-order correlation). Videos are sent inline, so the server n
 your files. Every (server, score mode) pair is one judge configuration; all appear in one report.
 
 Writes OUT.md and OUT.json, plus per configuration OUT-<name>-hist.png (score histograms per
-label) and OUT-<name>-reliability.png, and OUT-roc.png (all configurations).
+label), OUT-<name>-reliability.png, OUT-<name>-canary.png and OUT-<name>-tasks.png, and OUT-roc.png
+(all configurations). Canary probes (the first frame repeated, the episode reversed, another
+task's instruction; --canary-fraction of the episodes) and per-task numbers are those of the live
+audit in RLinf's env (reward_tools/eval_audit.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,6 +35,7 @@ import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreRequest
+from reward_tools import eval_audit
 from reward_tools import eval_metrics as m
 
 logger = logging.getLogger("reward_tools.evaluate")
@@ -232,7 +237,7 @@ def plots(out: Path, results: list[tuple[Scored, dict]], episodes: list[Episode]
     return written
 
 
-def markdown(reports: list[dict], images: list[Path], threshold: float) -> str:
+def markdown(reports: list[dict], images: list[Path], threshold: float, extra: Sequence[str] = ()) -> str:
     fmt = lambda v, d=3: "n/a" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = [
         "# Reward judge evaluation",
@@ -263,7 +268,7 @@ def markdown(reports: list[dict], images: list[Path], threshold: float) -> str:
             lines.append(
                 f"| {b['low']:.1f}-{b['high']:.1f} | {b['count']} | {fmt(b['mean_score'])} | {fmt(b['success_rate'])} |"
             )
-    lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
+    lines += [*extra, "", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"
 
 
@@ -280,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nframes", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--canary-fraction", type=float, default=1.0, help="episodes also sent as probes; 0: none")
     parser.add_argument("--out", required=True, help="output prefix: OUT.md, OUT.json, OUT-*.png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -289,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("%d episodes (%d successes)", len(episodes), sum(e.success for e in episodes))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    probes = eval_audit.build_probes(episodes, args.nframes, args.canary_fraction)
     results = []
     for spec in args.server:
         name, sep, url = spec.partition("=")
@@ -300,13 +307,18 @@ def main(argv: list[str] | None = None) -> int:
             config = name if mode is None else f"{name}/{mode}"
             scored = score_all(client, config, episodes, mode, args.nframes, args.batch_size)
             report = summarize(scored, episodes, args.threshold)
+            probe_scores = eval_audit.score_probes(client, probes, mode, args.batch_size)
+            labels, tasks = [e.success for e in episodes], [e.task for e in episodes]
+            report |= eval_audit.audit_report(scored.scores, labels, tasks, args.threshold, probes, probe_scores)
             failures = 100 * report["parse_failure_rate"]
             logger.info("%s: AUROC %s, parse failures %.1f%%", config, report["auroc"], failures)
             results.append((scored, report))
-    images = plots(out, results, episodes)
     reports = [r for _, r in results]
+    images = plots(out, results, episodes) + eval_audit.plots(out, reports)
     out.with_suffix(".json").write_text(json.dumps({"threshold": args.threshold, "configs": reports}, indent=2))
-    out.with_suffix(".md").write_text(markdown(reports, images, args.threshold))
+    out.with_suffix(".md").write_text(
+        markdown(reports, images, args.threshold, eval_audit.markdown(reports, args.threshold))
+    )
     logger.info("wrote %s, %s and %d plots", out.with_suffix(".md"), out.with_suffix(".json"), len(images))
     return 0
 

@@ -6,7 +6,8 @@
 Each run directory is RLinf's `runner.logger.log_path` (event files under `tensorboard/`, or
 anywhere below). Writes OUT.png (one panel per metric, one line per run) and OUT.csv
 (run, metric, step, value). A metric a run does not log (env/vlm_score in run A) is left out
-of that run's panel and said so on stderr.
+of that run's panel and said so on stderr. Runs that log the live judge audit (B, C) are also
+compared on it: OUT-audit.png and OUT-audit.csv (scripts/compare_audit.py).
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     metrics = tuple(args.metric or METRICS)
 
     runs: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    run_dirs: dict[str, Path] = {}
     for spec in args.run:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             parser.error(f"--run takes NAME=LOG_DIR, got {spec!r}")
         runs[name] = read_scalars(Path(path), metrics)
+        run_dirs[name] = Path(path)
         missing = [m for m in metrics if not runs[name][m]]
         if missing:
             logger.info("run %s does not log: %s", name, ", ".join(missing))
@@ -115,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
                     writer.writerow([name, metric, step, value])
     plot(runs, metrics, out.with_suffix(".png"), args.title)
     logger.info("wrote %s and %s", out.with_suffix(".png"), out.with_suffix(".csv"))
+    from compare_audit import write as write_audit  # this script's folder is on sys.path
+
+    audit_png = write_audit(run_dirs, out)
+    if audit_png is not None:
+        logger.info("wrote %s and %s", audit_png, audit_png.with_suffix(".csv"))
     return 0
 
 

@@ -117,6 +117,37 @@ def inline(frames: np.ndarray) -> dict:
     return InlineFrames.from_array(frames).model_dump(mode="json")
 
 
+def audit_by_hand(scores: list[float], labels: list[bool], threshold: float) -> dict[str, float]:
+    """The audit's numbers for a handful of episodes, computed the long way."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    bins: dict[int, list[tuple[float, bool]]] = {}
+    for s, y in zip(scores, labels, strict=True):
+        bins.setdefault(min(int(s * 10), 9), []).append((s, y))
+    ece = sum(
+        len(b) / len(scores) * abs(sum(s for s, _ in b) / len(b) - sum(y for _, y in b) / len(b)) for b in bins.values()
+    )
+
+    def quality(t: float) -> tuple[float, float, float]:
+        tp = sum(s >= t for s in pos)
+        fp = sum(s >= t for s in neg)
+        acc = (tp + sum(s < t for s in neg)) / len(scores)
+        f1 = 2 * tp / (2 * tp + fp + len(pos) - tp) if tp else 0.0
+        return acc, f1, -t
+
+    return {
+        "episodes": len(scores),
+        "auroc": wins / (len(pos) * len(neg)),
+        "fpr": sum(s >= threshold for s in neg) / len(neg),
+        "fnr": sum(s < threshold for s in pos) / len(pos),
+        "ece": ece,
+        "score_success": sum(pos) / len(pos),
+        "score_failure": sum(neg) / len(neg),
+        "best_threshold": max(scores, key=quality),
+    }
+
+
 def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_dir: Path) -> ServerProcess:
     flags = ["--config", str(CPU_PRESET), "--model-path", checkpoint, "--video-root", str(video_dir), *extra_flags]
     server = ServerProcess(flags, log_path=log_dir / f"server-{'-'.join(extra_flags[:2]) or 'default'}.log")

@@ -10,6 +10,10 @@ Scenarios:
          env 0 succeeds (its simulator state is set to the goal), env 1 truncates.
   many   64 envs whose simulator is a scripted stand-in (64 real LIBERO envs need ~170 GB
          here); every env ends in the same step.
+  audit  real LIBERO-10 simulation, --envs envs on task 0 for --epochs rollout epochs as RLinf's
+         env worker runs them (reset of every env, chunk steps, infos["episode"] read at the last
+         chunk step, RLinf's own reduction of what it read); in epoch k env k succeeds. Every
+         request body sent and every answer is recorded.
 """
 
 from __future__ import annotations
@@ -52,6 +56,12 @@ def reward_overrides(args, task0: bool) -> list[str]:
         out.append(f"{rm}.score_mode={args.score_mode}")
     if args.video_dir:
         out += [f"{rm}.transport=video_path", f"+{rm}.video_dir={args.video_dir}", f"+{rm}.keep_videos=True"]
+    if args.audit is not None:
+        out.append(f"{rm}.audit={args.audit}")
+    if args.canary_fraction is not None:
+        out.append(f"{rm}.canary_fraction={args.canary_fraction}")
+    if args.canary_tasks:
+        out.append(f"+{rm}.canary_tasks={json.dumps(args.canary_tasks)}")
     return out
 
 
@@ -117,6 +127,116 @@ def run_sim(args) -> dict:
     np.save(args.out + ".frames.npy", np.stack(frames, axis=1))  # [env, step, H, W, 3]
     env.env.close()
     return result
+
+
+# --- rollout epochs with the audit and canaries --------------------------------------------
+
+
+class WireLog:
+    """Every /score/batch body the hook's HTTP client sends and every answer, via httpx's own
+    event hooks: what travelled (raw batch or JSON), not what the hook meant to send."""
+
+    def __init__(self, client):
+        self.batches: list[dict] = []
+        self.epoch = 0
+        client._http.event_hooks = {"request": [self.request], "response": [self.response]}
+
+    def request(self, request) -> None:
+        if not request.url.path.endswith("/score/batch"):
+            return
+        import base64
+
+        from reward_client import raw_batch
+
+        request.read()  # a streamed body is read here and then sent as these same bytes
+        items = []
+        if request.headers["content-type"].startswith(raw_batch.CONTENT_TYPE):
+            header, payload = raw_batch.decode(request.content)
+            for req in header.requests:
+                frames = np.array(raw_batch.frames_view(req.frames, payload))
+                items.append({"task": req.task_text, "request_id": req.request_id, "frames": frames})
+        else:
+            for req in json.loads(request.content)["requests"]:
+                raw = base64.b64decode(req["frames"]["data_b64"])
+                frames = np.frombuffer(raw, dtype=np.uint8).reshape(req["frames"]["shape"])
+                items.append({"task": req["task_text"], "request_id": req.get("request_id"), "frames": frames})
+        self.batches.append({"epoch": self.epoch, "items": items, "answer": None})
+
+    def response(self, response) -> None:
+        if response.request.url.path.endswith("/score/batch"):
+            response.read()
+            self.batches[-1]["answer"] = response.json()
+
+    def dump(self, path: str) -> list[dict]:
+        """Frames to path (npz), the rest as JSON-ready dicts."""
+        arrays, out = {}, []
+        for b, batch in enumerate(self.batches):
+            items = []
+            for i, (req, res) in enumerate(zip(batch["items"], batch["answer"]["results"], strict=True)):
+                key = f"b{b}_i{i}"
+                arrays[key] = req["frames"]
+                score = (res.get("response") or {}).get("score")
+                items.append({"frames": key, "task": req["task"], "request_id": req["request_id"], "score": score})
+            out.append({"epoch": batch["epoch"], "items": items})
+        np.savez(path, **arrays)
+        return out
+
+
+def run_audit(args) -> dict:
+    import torch
+    from rlinf.envs.libero.libero_env import LiberoEnv
+    from rlinf.utils.metric_utils import compute_evaluate_metrics
+
+    n, chunk = args.envs, 4
+    cfg = compose_env_config(args.config_dir, args.run, reward_overrides(args, task0=True))
+    env = LiberoEnv(cfg, num_envs=n, seed_offset=0, total_num_processes=1, worker_info=None)
+    hook = env.vlm_reward
+    wire = WireLog(hook.client)
+    env_metrics: dict[str, list] = {}
+    epochs, frames = [], []
+    for epoch in range(args.epochs):
+        wire.epoch, winner = epoch, epoch % n
+        env.is_start = True  # as RLinf's bootstrap_step, at the start of every rollout epoch
+        obs, _ = env.reset()
+        seen = [np.asarray(obs["main_images"]).copy()]
+        rewards, terms = [], []
+        for k in range(args.max_steps // chunk):
+            if k == args.goal_chunk:
+                env.env.set_init_state(init_state=[goal_state(env, winner)], id=[winner])
+            actions = np.zeros((n, chunk, 7))
+            for e in range(n):
+                if e != winner:  # the others move their arm and never succeed
+                    actions[e, :, 0] = 0.3 * np.sin(np.arange(chunk) + k + e)
+            obs_list, chunk_rewards, chunk_terms, _, infos_list = env.chunk_step(actions)
+            seen += [np.asarray(o["main_images"]).copy() for o in obs_list]
+            rewards.append(np.asarray(chunk_rewards))
+            terms.append(np.asarray(chunk_terms))
+        last = infos_list[-1]["episode"]  # what RLinf's env worker reads at the last chunk step
+        for key, value in last.items():
+            env_metrics.setdefault(key, []).append(value.cpu())
+        epochs.append(
+            {
+                "rewards": np.concatenate(rewards, axis=1).tolist(),
+                "terminations": np.concatenate(terms, axis=1).astype(int).tolist(),
+                "episode": {k: np.asarray(v).tolist() for k, v in last.items()},
+                "sent_steps": [hook.buffers._buffers[e].steps() for e in range(n)],
+                "task_ids": np.asarray(env.task_ids).tolist(),
+                "task_descriptions": list(env.task_descriptions),
+            }
+        )
+        frames.append(np.stack(seen, axis=1))  # [env, step, H, W, 3]
+        env.update_reset_state_ids()  # as RLinf's finish_rollout
+    logged = compute_evaluate_metrics([{k: torch.cat(v) for k, v in env_metrics.items()}])
+    np.save(args.out + ".frames.npy", np.stack(frames))  # [epoch, env, step, H, W, 3]
+    env.env.close()
+    return {
+        "epochs": epochs,
+        "logged": {k: float(v) for k, v in logged.items()},
+        "wire": wire.dump(args.out + ".wire.npz"),
+        "counts": hook.counts,
+        "reward_coef": float(cfg.reward_coef),
+        "threshold": hook.config.success_threshold,
+    }
 
 
 # --- 64 envs on a scripted stand-in simulator --------------------------------------------
@@ -209,7 +329,7 @@ def run_many(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["sim", "many"])
+    parser.add_argument("scenario", choices=["sim", "many", "audit"])
     parser.add_argument("--rlinf-dir", required=True, help="RLinf source tree to import (patched or not)")
     parser.add_argument("--config-dir", required=True)
     parser.add_argument("--run", default="runB_qwen")
@@ -226,11 +346,16 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--wait-ready-s", type=float, default=60)
     parser.add_argument("--deadline-s", type=float, default=600)
+    parser.add_argument("--envs", type=int, default=3, help="audit scenario")
+    parser.add_argument("--epochs", type=int, default=2, help="audit scenario")
+    parser.add_argument("--audit", default=None)
+    parser.add_argument("--canary-fraction", default=None)
+    parser.add_argument("--canary-tasks", nargs="*", default=None)
     args = parser.parse_args()
     # the checkout shadows any installed rlinf, as run_embodiment.sh's PYTHONPATH does
     sys.path.insert(0, args.rlinf_dir)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    result = run_sim(args) if args.scenario == "sim" else run_many(args)
+    result = {"sim": run_sim, "many": run_many, "audit": run_audit}[args.scenario](args)
     with open(args.out, "w") as f:
         json.dump(result, f)
 

@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 from reward_client.video_io import write_mp4
+from reward_server.video import decode_frames
 from reward_tools import eval_metrics as m
+from reward_tools.eval_audit import build_probes
+from reward_tools.evaluate import load_manifest
 from reward_tools.evaluate import main as evaluate_main
-from tests.conftest import episode_frames
+from tests.conftest import audit_by_hand, episode_frames
+
+TASKS = ("put the bowl on the plate", "open the top drawer")
 
 
 def test_auroc_by_hand():
@@ -71,7 +76,7 @@ def labeled_set(tmp_path):
         rows.append(
             {
                 "video": path.split("/")[-1],
-                "task": "put the bowl on the plate",
+                "task": TASKS[i // 4],  # two tasks, each with two successes and two failures
                 "success": int(success),
                 "progress": 100 if success else 10 * i,
                 "trajectory": f"traj{i % 2}",
@@ -81,6 +86,24 @@ def labeled_set(tmp_path):
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return tmp_path
+
+
+def test_offline_probes_are_the_live_ones(labeled_set):
+    episodes = load_manifest(labeled_set)
+    probes = build_probes(episodes, nframes=8, fraction=1.0)
+    assert [(p.kind, p.source) for p in probes[:3]] == [("static", 0), ("reversed", 0), ("wrong_task", 0)]
+    assert len(probes) == 3 * len(episodes)
+    for p in probes:
+        with open(episodes[p.source].video, "rb") as fh:
+            sampled = decode_frames(fh, 8)  # what the server would see
+        if p.kind == "static":
+            assert np.array_equal(p.frames, np.repeat(sampled[:1], len(sampled), axis=0))
+        elif p.kind == "reversed":
+            assert np.array_equal(p.frames, sampled[::-1])
+        else:
+            assert np.array_equal(p.frames, sampled) and p.task == TASKS[1 - p.source // 4]
+    assert len(build_probes(episodes, nframes=8, fraction=0.25)) == 2 * 3
+    assert build_probes(episodes, nframes=8, fraction=0.0) == []
 
 
 @pytest.mark.engine
@@ -115,7 +138,24 @@ def test_evaluate_end_to_end_writes_report_and_plots(hf_server, labeled_set, tmp
     assert auto["parse_failure_rate"] == pytest.approx(failures / 8) and auto["scored"] == 8 - failures
     md = out.with_suffix(".md").read_text()
     assert "| tiny/logprob | 8 | 0.0% |" in md and f"| tiny/auto | 8 | {failures / 8:.1%} |" in md
-    for png in ("judge-roc.png", "judge-tiny_logprob-hist.png", "judge-tiny_logprob-reliability.png"):
+    # per task and canaries: the live audit's numbers, checked by hand from the episodes' scores
+    labels = [i % 2 == 0 for i in range(8)]
+    for t, task in enumerate(TASKS):
+        rows = range(4 * t, 4 * t + 4)
+        hand = audit_by_hand([lp["scores"][i] for i in rows], [labels[i] for i in rows], 0.5)
+        assert lp["tasks"][task] == pytest.approx({**hand, "successes": 2})
+    canary = lp["canary"]
+    assert canary["real_success"] == pytest.approx(np.mean([lp["scores"][i] for i in range(0, 8, 2)]))
+    for kind in ("static", "reversed", "wrong_task"):
+        assert canary[f"{kind}_n"] == 8 and canary[f"{kind}_failed"] == 0 and 0 <= canary[kind] <= 1
+    assert "## Canaries" in md and f"| {TASKS[1]} | 4 | 2 |" in md
+    for png in (
+        "judge-roc.png",
+        "judge-tiny_logprob-hist.png",
+        "judge-tiny_logprob-reliability.png",
+        "judge-tiny_logprob-canary.png",
+        "judge-tiny_logprob-tasks.png",
+    ):
         data = (out.parent / png).read_bytes()
         assert data[:4] == b"\x89PNG" and len(data) > 5000
     assert not math.isnan(lp["latency_ms_p50"])

@@ -91,3 +91,38 @@ def test_reset_starts_a_new_episode(hf_server):
     h.on_reset([1], frames(0))
     assert h.judged.tolist() == [True, False, True, True] and h.values[1] == 0.0
     assert h.buffers.length(1) == 1
+
+
+def test_canaries_ride_in_the_same_batch_and_never_touch_rewards(hf_server):
+    from tests.test_rlinf_integration import _metric
+
+    plain = hook(hf_server)
+    probed = hook(hf_server, canary_fraction=1.0, canary_tasks=["open the top drawer"])
+    expected = rollout(plain, term_at={0: 3}, trunc_at=6, steps=6)
+    before = _metric(hf_server, "/score/batch")
+    rewards = rollout(probed, term_at={0: 3}, trunc_at=6, steps=6)
+    assert _metric(hf_server, "/score/batch") - before == 2  # env 0 alone, then envs 1-3: probes rode along
+    assert probed.counts == {**plain.counts, "canaries": 3 * N}
+    # the same episodes' scores; probes in a batch change the engine's padding, hence float32 rounding
+    np.testing.assert_allclose(rewards, expected, rtol=1e-5, atol=1e-6)
+    info = probed.episode_info()
+    for kind in ("static", "reversed", "wrong_task"):
+        assert 0.0 <= info[f"vlm_canary/{kind}"][0] <= 1.0 and len(set(info[f"vlm_canary/{kind}"])) == 1
+    assert info["vlm_fallback"].tolist() == [0.0] * N and info["vlm_canary/failed"][0] == 0.0
+    assert "vlm_canary/static" not in plain.episode_info()
+
+
+def test_probes_that_get_a_batch_refused_never_fail_training(tiny_checkpoint, video_dir, tmp_path):
+    from tests.conftest import start_server
+
+    server = start_server(["--engine", "hf", "--max-body-mb", "1"], tiny_checkpoint, video_dir, tmp_path)
+    try:  # 4 episodes of 9 frames fit in 1 MB; with 12 probes beside them they do not (413)
+        h = hook(server, canary_fraction=1.0, canary_tasks=["open the top drawer"])
+        rewards = rollout(h, term_at={}, trunc_at=8, steps=8)
+    finally:
+        server.stop()
+    scores = h.episode_info()["vlm_score"]
+    assert rewards[:, -1] == pytest.approx(COEF * scores) and np.all(scores > 0)
+    assert h.counts["scored"] == N and h.counts["fallbacks"] == 0 and h.counts["request_errors"] == 0
+    assert h.counts["canaries"] == 3 * N and h.counts["canary_failures"] == 3 * N
+    assert h.episode_info()["vlm_canary/failed"][0] == 3 * N

@@ -23,6 +23,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.conftest import audit_by_hand
+
 REPO = Path(__file__).resolve().parents[1]
 APPLY = REPO / "scripts" / "apply_rlinf_patches.sh"
 DRIVER = REPO / "tests" / "libero_driver.py"
@@ -300,6 +302,8 @@ def test_64_envs_ending_together_make_one_batch_request(libero_python, rlinf_tre
     )
     assert r["error"] is None
     assert r["counts"]["batches"] == 1 and r["counts"]["episodes"] == 64 and r["client_attempts"] == 1
+    # the run config's canary_fraction 0.1: 6 of the 64 episodes probed three ways, in that same request
+    assert r["counts"]["canaries"] == 18 and r["counts"]["canary_failures"] == 0
     assert _metric(vllm_server, "/score/batch") - batch_before == 1
     assert _metric(vllm_server, "/score") == single_before
     rewards, scores = np.array(r["rewards"]), np.array(r["episode"]["vlm_score"])
@@ -391,6 +395,93 @@ def test_server_killed_during_a_rollout(libero_python, rlinf_trees, tiny_checkpo
         assert r["error"] is None and r["counts"]["fallbacks"] == 64
         assert r["episode"]["vlm_fallback"] == [1.0] * 64
         assert "64 episodes use the 'zero' fallback" in stderr
+
+
+# --- the live audit and the canaries on the real simulator --------------------------------------
+
+OTHER_TASK = "put both the cream cheese box and the butter in the basket"  # LIBERO-10 task 1
+
+
+def _audit_run(libero_python: str, rlinf_trees: dict, server, out: Path, *flags: str) -> dict:
+    common = ("--url", server.url, "--max-steps", "16", "--goal-chunk", "2", "--score-mode", "logprob", "--envs", "3")
+    r = _driver(libero_python, "audit", rlinf_trees["patched"], rlinf_trees["config"], out, *common, *flags)
+    r["frames"] = np.load(str(out) + ".frames.npy")  # [epoch, env, step, H, W, 3]
+    r["sent"] = np.load(str(out) + ".wire.npz")
+    return r
+
+
+@pytest.mark.engine
+@pytest.mark.libero
+def test_live_audit_and_canaries_on_the_real_simulator(libero_python, rlinf_trees, hf_server, tmp_path):
+    on = _audit_run(
+        libero_python,
+        rlinf_trees,
+        hf_server,
+        tmp_path / "on.json",
+        *("--epochs", "2", "--audit", "True", "--canary-fraction", "1.0", "--canary-tasks", OTHER_TASK),
+    )
+    coef, thr = on["reward_coef"], on["threshold"]
+    assert on["counts"]["episodes"] == 6 and on["counts"]["canaries"] == 18 and on["counts"]["canary_failures"] == 0
+    expected_logged: dict[str, list[float]] = {}
+    for k, epoch in enumerate(on["epochs"]):
+        episode = epoch["episode"]
+        labels = episode["success_once"]
+        assert labels == [e == k for e in range(3)]  # env k succeeded in epoch k, the others failed
+        items = [i for b in on["wire"] if b["epoch"] == k for i in b["items"]]
+        real = {}
+        for item in items:  # what travelled: real episodes unmarked, probes marked, and their exact frames
+            if item["request_id"] is None:
+                (env,) = [e for e in range(3) if _holds(on, k, e, item)]  # the env whose frames these are
+                real[env] = item["score"]
+                assert item["task"] == epoch["task_descriptions"][env]
+                continue
+            _, kind, env = item["request_id"].split("-")
+            steps = epoch["sent_steps"][int(env)]
+            episode_frames, sent = on["frames"][k, int(env), steps], on["sent"][item["frames"]]
+            if kind == "static":
+                assert np.array_equal(sent, np.repeat(episode_frames[:1], len(steps), axis=0))
+            elif kind == "reversed":
+                assert np.array_equal(sent, episode_frames[::-1])
+            else:
+                assert kind == "wrong_task" and item["task"] == OTHER_TASK and np.array_equal(sent, episode_frames)
+        assert sorted(real) == [0, 1, 2]
+        scores = [real[e] for e in range(3)]
+        # the reward is the real episode's score, whatever its probes scored
+        rewards = np.array(epoch["rewards"])
+        assert rewards.sum(axis=1) == pytest.approx([coef * s for s in scores], rel=1e-6)
+        assert episode["vlm_score"] == pytest.approx(scores, rel=1e-6)
+
+        hand = audit_by_hand(scores, labels, thr)
+        probes = {
+            kind: [i["score"] for i in items if (i["request_id"] or "").startswith(f"canary-{kind}-")]
+            for kind in ("static", "reversed", "wrong_task")
+        }
+        hand_canary = {f"vlm_canary/{kind}": float(np.mean(v)) for kind, v in probes.items()}
+        hand_canary["vlm_canary/real_success"] = hand["score_success"]
+        hand_canary["vlm_canary/real_failure"] = hand["score_failure"]
+        expected = {f"vlm_audit/{name}": v for name, v in hand.items()}
+        expected |= {f"vlm_audit/task0/{name}": v for name, v in hand.items()}  # all three envs run task 0
+        expected |= hand_canary | {"vlm_canary/failed": 0.0}
+        for key, value in expected.items():
+            assert episode[key] == pytest.approx([value] * 3, rel=1e-6, abs=1e-7), key
+            expected_logged.setdefault(key, []).append(value)
+        assert {k for k in episode if k.startswith(("vlm_audit", "vlm_canary"))} == set(expected)
+    # RLinf's own reduction of what it read at the end of each epoch: the mean of the epochs' values
+    for key, values in expected_logged.items():
+        assert on["logged"][key] == pytest.approx(float(np.mean(values)), rel=1e-6, abs=1e-7), key
+
+    # the same first epoch with the audit off: the same requests travel, the same rewards come back
+    flags = ("--epochs", "1", "--audit", "False", "--canary-fraction", "1.0", "--canary-tasks", OTHER_TASK)
+    off = _audit_run(libero_python, rlinf_trees, hf_server, tmp_path / "off.json", *flags)
+    assert not any(k.startswith("vlm_audit") for k in off["epochs"][0]["episode"])
+    assert off["epochs"][0]["rewards"] == on["epochs"][0]["rewards"]  # identical, to the bit
+
+
+def _holds(run: dict, epoch: int, env: int, item: dict) -> bool:
+    """Whether a sent item's frames are exactly env's episode frames of that epoch."""
+    steps = run["epochs"][epoch]["sent_steps"][env]
+    sent = run["sent"][item["frames"]]
+    return sent.shape[0] == len(steps) and np.array_equal(sent, run["frames"][epoch, env, steps])
 
 
 def _all_frames(path) -> np.ndarray:
