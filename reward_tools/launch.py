@@ -53,6 +53,8 @@ class ServerProcess:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ServerProcess:
+        if self.proc is not None:  # already started (`with server:` after start() must not start a second)
+            return self
         cmd = [sys.executable, "-m", "reward_server", *self.flags, "--host", self.host, "--port", str(self.port)]
         logger.info("starting: %s", " ".join(cmd))
         self._log = open(self.log_path, "wb")

@@ -118,6 +118,7 @@ def test_replicas_share_a_batch_and_take_over_from_a_dead_one(tiny_checkpoint, t
             s.stop()
 
 
+@pytest.mark.engine
 def test_data_parallel_size_reaches_vllm_and_is_refused_by_transformers(tiny_checkpoint):
     from reward_server.engines import EngineConfig
     from reward_server.engines.hf_engine import HFEngine

@@ -160,6 +160,7 @@ def long_720p(root) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_long_video_decodes_within_a_memory_budget_below_keeping_its_frames(root, long_720p):
     # 700 MB for a worker that, keeping every frame, would need 1.6 GB: only picked frames are kept
     with InProcessServer(video_roots=[str(root)], decode_memory_mb=700) as s:
@@ -169,6 +170,7 @@ def test_long_video_decodes_within_a_memory_budget_below_keeping_its_frames(root
         assert s.service.pool.replaced == 0
 
 
+@pytest.mark.slow
 def test_decode_budgets_refuse_with_413_and_the_pool_recovers(root, long_720p):
     with InProcessServer(video_roots=[str(root)], max_video_frames=100, max_frame_pixels=640 * 480) as s:
         started = time.monotonic()
@@ -194,6 +196,7 @@ def test_decode_budgets_refuse_with_413_and_the_pool_recovers(root, long_720p):
         valid(s, root)
 
 
+@pytest.mark.slow
 def test_slow_and_oversized_request_heads_are_cut_off(root):
     with InProcessServer(video_roots=[str(root)], header_timeout_s=1, body_timeout_s=1) as s:
         host, port = "127.0.0.1", s.settings.port
@@ -230,6 +233,7 @@ def _rss_tree(pid: int) -> int:
     return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
 
 
+@pytest.mark.slow
 def test_concurrent_huge_bodies_are_refused_before_they_take_memory(tmp_path):
     flags = ["--engine", "fake", "--decode-workers", "1", "--max-inflight-mb", "150", "--max-body-mb", "120"]
     flags += ["--engine-option", "delay_ms=3000", "--video-root", str(tmp_path)]

@@ -76,3 +76,45 @@ def test_api_docs_are_generated_from_the_current_schema():
 def test_docs_name_no_machine_paths(doc):
     text = (REPO / doc).read_text()
     assert "/work/" not in text and "/opt/wheels" not in text
+
+
+def _modules(package: str) -> list[str]:
+    root = REPO / package
+    return sorted(
+        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__") for path in root.rglob("*.py")
+    )
+
+
+def test_every_module_imports_alone_and_the_core_never_imports_the_tools():
+    """No import cycle: each module imported first, in a fresh interpreter state for the project's
+    packages; and `reward_server` / `reward_client` modules never pull in `reward_tools`."""
+    code = """
+import importlib, json, sys
+results = {}
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[0] in ("reward_server", "reward_client", "reward_tools")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+        tools = sorted(m for m in sys.modules if m.startswith("reward_tools"))
+        results[name] = {"ok": True, "tools": tools}
+    except Exception as exc:
+        results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+print(json.dumps(results))
+"""
+    names = [m for p in ("reward_client", "reward_server", "reward_tools") for m in _modules(p)]
+    heavy = {"reward_server.engines.vllm_engine", "reward_server.ray_serve"}  # import fine, lazily heavy
+    out = subprocess.run(
+        [sys.executable, "-c", code, *[n for n in names if n not in heavy]],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    failed = {n: r["error"] for n, r in results.items() if not r["ok"]}
+    assert not failed, failed
+    leaks = {n: r["tools"] for n, r in results.items() if not n.startswith("reward_tools") and r["tools"]}
+    assert not leaks, leaks
+    assert not [m for m in _modules("reward_server") if m.split(".")[-1] in ("bench", "demo", "evaluate", "launch")]

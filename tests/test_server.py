@@ -188,3 +188,54 @@ def test_frames_the_model_saw_change_over_the_episode():
     # guards the fixture itself: an episode of identical frames would make batching tests vacuous
     frames = episode_frames(16)
     assert not np.array_equal(frames[0], frames[-1])
+
+
+def test_the_designs_own_command_serves_on_cpu(tiny_checkpoint, tmp_path):
+    """`python -m reward_server --backend PRIMO-R1`, nothing else: the embedded checkpoint with the
+    settings it brings for a CPU machine (no preset), health ok, an episode answered."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "tiny-qwen2_5_vl").symlink_to(tiny_checkpoint)  # the one built for this session
+    server = ServerProcess(
+        ["--backend", "PRIMO-R1"], log_path=tmp_path / "server.log", env={"REWARD_SERVER_CACHE": str(cache)}
+    )
+    with server:
+        server.wait_ready(600)
+        health = httpx.get(f"{server.url}/health").json()
+        assert health["status"] == "ok" and health["backend"] == "PRIMO-R1" and health["engine"] == "vllm"
+        r = post(server, "/score", {"task_text": TASK, "frames": inline(episode_frames(8))})
+        assert r.status_code == 200 and r.json()["output_tokens"] <= 32, r.text
+    log = server.log_tail(400)
+    assert "random-weight tiny checkpoint" in log and "'gpu_memory_utilization': 0.1" in log
+
+
+def split_yes_checkpoint(tiny_checkpoint: str, out) -> str:
+    """The tiny checkpoint with a tokenizer that encodes "Yes" as two tokens (its merge removed)."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, out)
+    path = out / "tokenizer.json"
+    data = json.loads(path.read_text())
+    merges = data["model"]["merges"]
+    pair = lambda m: m if isinstance(m, list) else m.split(" ")  # noqa: E731
+    data["model"]["merges"] = [m for m in merges if "".join(pair(m)) != "Yes"]
+    assert len(data["model"]["merges"]) < len(merges)
+    path.write_text(json.dumps(data))
+    return str(out)
+
+
+def test_a_tokenizer_that_splits_the_answer_words_refuses_logprob_clearly(tiny_checkpoint, video_dir, tmp_path):
+    from tests.conftest import start_server
+
+    checkpoint = split_yes_checkpoint(tiny_checkpoint, tmp_path / "split-yes")
+    server = start_server(["--engine", "hf"], checkpoint, video_dir, tmp_path)
+    try:
+        assert "logprob" not in httpx.get(f"{server.url}/health").json()["score_modes"]
+        body = {"task_text": TASK, "frames": inline(episode_frames(8)), "backend_kwargs": {"score_mode": "logprob"}}
+        r = post(server, "/score", body)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "unsupported_option", r.text
+        assert "'Yes' is 2 tokens" in r.json()["error"]["message"]
+        assert post(server, "/score", {"task_text": TASK, "frames": inline(episode_frames(8))}).status_code == 200
+    finally:
+        server.stop()
