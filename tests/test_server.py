@@ -110,7 +110,7 @@ def test_concurrent_requests_are_in_the_engine_together(server):
         {
             "task_text": f"{TASK} #{i}",
             "frames": inline(episode_frames(16, seed=i)),
-            "backend_kwargs": {"max_tokens": 48, "ignore_eos": True},
+            "backend_kwargs": {"max_tokens": 200, "ignore_eos": True},
         }
         for i in range(8)
     ]
@@ -131,11 +131,11 @@ def test_the_hooks_raw_batch_is_scored_together(server):
     from reward_client.client import RewardClient
     from reward_client.protocol import BackendKwargs, ScoreOptions
 
-    options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(max_tokens=48, ignore_eos=True))
+    options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(max_tokens=200, ignore_eos=True))
     before = httpx.get(f"{server.url}/stats").json()
     with RewardClient(server.url) as client:
         items = client.score_episodes([(options, episode_frames(24, seed=i)) for i in range(8)])
-    assert [i.response.output_tokens for i in items] == [48] * 8
+    assert [i.response.output_tokens for i in items] == [200] * 8
     after = httpx.get(f"{server.url}/stats").json()
     assert after["requests"] - before["requests"] == 8
     assert after["peak_running"] == 8, after
