@@ -17,8 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from reward_server.bootstrap import engine_config
 from reward_server.engines.base import EngineConfig
 from reward_server.profiles import load_profile
+from reward_server.settings import ServerSettings
 from reward_server.video import fit_frames, pick_frames
 from reward_tools.bench import TASKS, Episodes, style_kwargs
 
@@ -112,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench_raw.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    config = EngineConfig(
+    # the engine configuration the server would build from the same settings
+    settings = ServerSettings(
+        engine=args.engine,
         model_path=args.model_path,
         dtype=args.dtype,
         max_model_len=args.max_model_len,
@@ -121,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
+    config = engine_config(settings)
     run = run_vllm if args.engine == "vllm" else run_hf
     results = run(config, args.styles, args.n, args.repeats, args.frames, args.size)
     Path(args.out).write_text(json.dumps({"engine": args.engine, "args": vars(args), "results": results}, indent=2))

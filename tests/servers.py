@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import httpx
+
 from reward_server.app import build_app
 from reward_server.bootstrap import build_service
 from reward_server.lifecycle import DrainingServer, server_config
@@ -56,3 +58,22 @@ class InProcessServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def post(*args, **kwargs) -> httpx.Response:
+    kwargs.setdefault("timeout", 60)  # generous: CI machines are small and busy
+    return httpx.post(*args, **kwargs)
+
+
+def get(*args, **kwargs) -> httpx.Response:
+    kwargs.setdefault("timeout", 60)
+    return httpx.get(*args, **kwargs)
+
+
+def wait_until(predicate, timeout: float = 5.0, poll_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()

@@ -21,19 +21,9 @@ import pytest
 from reward_client.video_io import encode_mp4, write_mp4
 from reward_tools.launch import ServerProcess
 from tests.conftest import episode_frames, inline
-from tests.servers import InProcessServer
+from tests.servers import InProcessServer, get, post
 
 TASK = "put the black bowl on the plate"
-
-
-def post(*args, **kwargs) -> httpx.Response:
-    kwargs.setdefault("timeout", 60)  # generous: CI machines are small and busy
-    return httpx.post(*args, **kwargs)
-
-
-def get(*args, **kwargs) -> httpx.Response:
-    kwargs.setdefault("timeout", 60)
-    return httpx.get(*args, **kwargs)
 
 
 NOT_A_CONTAINER = "not a video container this server reads"

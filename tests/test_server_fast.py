@@ -19,19 +19,9 @@ from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.video import fit_frames
 from tests.conftest import episode_frames, inline
-from tests.servers import InProcessServer
+from tests.servers import InProcessServer, get, post, wait_until
 
 TASK = "put the black bowl on the plate"
-
-
-def post(*args, **kwargs) -> httpx.Response:
-    kwargs.setdefault("timeout", 60)  # generous: CI machines are small and busy
-    return httpx.post(*args, **kwargs)
-
-
-def get(*args, **kwargs) -> httpx.Response:
-    kwargs.setdefault("timeout", 60)
-    return httpx.get(*args, **kwargs)
 
 
 def body(frames: np.ndarray | None = None, **extra) -> dict:
@@ -40,15 +30,6 @@ def body(frames: np.ndarray | None = None, **extra) -> dict:
 
 def raw(episodes: list[tuple[ScoreOptions, np.ndarray | str]]) -> tuple[bytes, dict]:
     return raw_batch.encode(episodes).tobytes(), {"content-type": raw_batch.CONTENT_TYPE}
-
-
-def wait_until(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture(scope="module")
