@@ -62,8 +62,11 @@ while [ $# -gt 0 ]; do
 done
 
 [ -x "$LIBERO_PY" ] || die "no LIBERO environment at $VENV: bash scripts/setup_libero_env.sh"
-"$LIBERO_PY" -c "import rlinf, libero, torchvision, transformers, tensorboard" 2>/dev/null \
-  || die "$VENV lacks what RLinf's runner imports: bash scripts/setup_libero_env.sh"
+# with --rlinf the checkout brings rlinf itself
+imports=libero,torchvision,transformers,tensorboard,hydra,ray
+[ -n "$rlinf_src" ] || imports="rlinf,$imports"
+"$LIBERO_PY" -c "import $imports" 2>/dev/null \
+  || die "$VENV lacks what RLinf's runner imports ($imports): bash scripts/setup_libero_env.sh"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 start=$SECONDS
