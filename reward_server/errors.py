@@ -13,7 +13,7 @@ from reward_server.admission import Overloaded, TooMuchForServer
 from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.decode_pool import WorkerDied
 from reward_server.decoding import InvalidBody, validation_message
-from reward_server.engines.base import AnswerWordsUnsupported, EngineDead
+from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineRequestFailed
 from reward_server.profiles import UnknownBackend, UnsupportedOption
 from reward_server.video import PathNotAllowed, VideoError, VideoTooLarge
 
@@ -68,6 +68,7 @@ _CLASSES: list[tuple[type[BaseException], int, str]] = [
     (Overloaded, 503, "overloaded"),
     (NotReady, 503, "not_ready"),
     (EngineDead, 503, "engine_failed"),
+    (EngineRequestFailed, 503, "engine_request_failed"),
     (DeadlineExceeded, 504, "deadline_exceeded"),
     (ClientGone, 499, "client_closed_request"),
 ]

@@ -3,6 +3,8 @@ child process (reward_tools.launch.ServerProcess, for real engines)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 
@@ -77,3 +79,21 @@ def wait_until(predicate, timeout: float = 5.0, poll_s: float = 0.02) -> bool:
             return True
         time.sleep(poll_s)
     return predicate()
+
+
+def stats(url: str) -> dict:
+    """The server's engine counters (`GET /stats`)."""
+    return get(f"{url}/stats").json()
+
+
+def send_without_waiting(url: str, path: str, body: dict) -> socket.socket:
+    """A JSON request sent on a raw socket whose answer is never read; closing the socket is a
+    client that went away."""
+    address = httpx.URL(url)
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection((address.host, address.port))
+    sock.sendall(
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (path.encode(), len(payload), payload)
+    )
+    return sock

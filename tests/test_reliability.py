@@ -6,10 +6,8 @@ test_bad_input.py, test_hostile_input.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import threading
 import time
 
@@ -21,6 +19,7 @@ from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
 from tests.conftest import CPU_PRESET, episode_frames, inline
+from tests.servers import send_without_waiting, stats, wait_until
 
 pytestmark = pytest.mark.engine
 TASK = "put the black bowl on the plate"
@@ -47,19 +46,6 @@ def _server(tmp_path, *flags, port=None) -> ServerProcess:
     return server
 
 
-def stats(server: ServerProcess) -> dict:
-    return httpx.get(f"{server.url}/stats", timeout=30).json()
-
-
-def wait_until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def test_sigterm_drains_in_flight_work_then_exits_zero(tmp_path, tiny_checkpoint):
     flags = (
         "--engine",
@@ -79,7 +65,7 @@ def test_sigterm_drains_in_flight_work_then_exits_zero(tmp_path, tiny_checkpoint
             target=lambda: holder.update(r=httpx.post(f"{server.url}/score", json=body, timeout=300))
         )
         thread.start()
-        assert wait_until(lambda: stats(server)["running"] == 1, 60)  # the request is in the engine
+        assert wait_until(lambda: stats(server.url)["running"] == 1, 60)  # the request is in the engine
         os.killpg(server.proc.pid, signal.SIGTERM)
         assert wait_until(lambda: httpx.get(f"{server.url}/health").json()["status"] == "draining", 30)
         refused = httpx.post(f"{server.url}/score", json=frames_body(), timeout=30)
@@ -108,7 +94,7 @@ def test_sigterm_ends_the_process_within_the_shutdown_timeout(tmp_path, tiny_che
             target=lambda: httpx.post(f"{server.url}/score", json=long_body(8000), timeout=300), daemon=True
         )
         thread.start()
-        assert wait_until(lambda: stats(server)["running"] == 1, 60)
+        assert wait_until(lambda: stats(server.url)["running"] == 1, 60)
         started = time.monotonic()
         os.killpg(server.proc.pid, signal.SIGTERM)
         server.proc.wait(60)
@@ -117,21 +103,28 @@ def test_sigterm_ends_the_process_within_the_shutdown_timeout(tmp_path, tiny_che
         server.stop()
 
 
-@pytest.mark.parametrize("engine", ["vllm", "hf"])
-def test_abandoned_request_stops_consuming_the_engine(tmp_path, tiny_checkpoint, engine):
-    """A client that leaves mid-generation: its request is aborted inside the real engine."""
-    server = _server(tmp_path, "--engine", engine, "--model-path", tiny_checkpoint, "--max-tokens-limit", "3000")
+@pytest.mark.parametrize(
+    "engine, extra",
+    [
+        ("vllm", ()),
+        # vLLM's multimodal cache on: the abort leaves its two halves out of step, the engine core
+        # fails the next request with the same frames as retryable, and the server submits it again
+        ("vllm", ("--engine-option", "mm_processor_cache_gb=1")),
+        ("hf", ()),
+    ],
+    ids=["vllm", "vllm-mm-cache", "hf"],
+)
+def test_abandoned_request_stops_consuming_the_engine(tmp_path, tiny_checkpoint, engine, extra):
+    """A client that leaves mid-generation: its request is aborted inside the real engine, and the
+    same episode sent again is answered."""
+    flags = ("--engine", engine, "--model-path", tiny_checkpoint, "--max-tokens-limit", "3000", *extra)
+    server = _server(tmp_path, *flags)
     try:
-        payload = json.dumps(long_body(3000)).encode()  # minutes of generation on this machine
-        sock = socket.create_connection(("127.0.0.1", server.port))
-        sock.sendall(
-            b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
-        )
-        assert wait_until(lambda: stats(server)["running"] == 1, 120)
+        sock = send_without_waiting(server.url, "/score", long_body(3000))  # minutes of generation here
+        assert wait_until(lambda: stats(server.url)["running"] == 1, 120)
         sock.close()
-        assert wait_until(lambda: stats(server)["running"] == 0, 30)
-        s = stats(server)
+        assert wait_until(lambda: stats(server.url)["running"] == 0, 30)
+        s = stats(server.url)
         assert s["aborted"] == 1 and s["finished"] == 0 and s["episodes_in_progress"] == 0
         # the engine is free at once for the next request (it would still be generating otherwise)
         r = httpx.post(f"{server.url}/score", json=frames_body(backend_kwargs={"score_mode": "logprob"}), timeout=120)
@@ -146,8 +139,8 @@ def test_deadline_aborts_a_long_primo_generation(tmp_path, tiny_checkpoint):
     try:
         r = httpx.post(f"{server.url}/score", json=long_body(3000), timeout=120)
         assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
-        assert wait_until(lambda: stats(server)["running"] == 0, 30)
-        assert stats(server)["aborted"] == 1
+        assert wait_until(lambda: stats(server.url)["running"] == 0, 30)
+        assert stats(server.url)["aborted"] == 1
     finally:
         server.stop()
 

@@ -20,6 +20,11 @@ class EngineDead(RuntimeError):
     """The engine cannot serve any more requests; the server reports `failed`."""
 
 
+class EngineRequestFailed(RuntimeError):
+    """The engine failed one request and stays healthy (a retryable request-level error): the
+    client may send it again."""
+
+
 class AnswerWordsUnsupported(ValueError):
     """The checkpoint's tokenizer cannot answer logprob questions (an answer word is several tokens)."""
 

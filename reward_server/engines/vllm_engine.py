@@ -8,14 +8,20 @@ closed).
 Input processing (the HF video processor, ~10-20 ms of CPU per 16-frame episode) runs in a pool
 of threads here rather than inside `AsyncLLM.generate`, which runs it on the event loop, one
 episode after another: 64 episodes ending together would otherwise wait ~1 s for a single
-thread while the body of the batch also waits to be read. The processor cache is off when
-several threads process (its sender and receiver halves must see items in one order, and every
-episode is new, so it never hits).
+thread while the body of the batch also waits to be read.
+
+The multimodal processor cache is off: every episode is new, so it never hits, except when a
+client resends an episode whose first attempt was aborted, and that is when its two halves
+(front end and engine core) drift apart; the engine core then fails the resent request. Its
+halves must also see items in one order, which several processing threads do not give.
+A request vLLM fails with a retryable request-level error is submitted once more, then
+answered 503 (`--engine-option mm_processor_cache_gb=N` turns the cache back on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -25,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest
-from reward_server.engines.base import Engine, EngineConfig, EngineDead
+from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
 from reward_server.prompting import load_processor, render, video_metadata
 
 logger = logging.getLogger(__name__)
@@ -68,6 +74,30 @@ def cpu_memory_utilization() -> float:
         pages, free = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES")
         fraction = (free - 2 * 1024**3 / os.sysconf("SC_PAGE_SIZE")) / pages
     return round(min(0.9, max(0.05, 0.8 * fraction)), 3)
+
+
+# vLLM flags some request-level failures as retryable (finish_reason "error"): submit again once
+_REQUEST_ERROR_RETRIES = 1
+
+
+def request_failure(final: Any) -> str | None:
+    """Why vLLM failed this request (its final output says so), or None if it was answered."""
+    error = getattr(final, "error", None)
+    if error is not None:
+        return str(getattr(error, "message", error))
+    reason = final.outputs[0].finish_reason
+    return "finish_reason=error" if reason is not None and str(reason) == "error" else None
+
+
+def option_value(value: Any) -> Any:
+    """An `--engine-option` value as vLLM's engine arguments expect it: JSON when it parses as
+    JSON (numbers, true/false, objects), else the string itself (`FLASH_ATTN`)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def preprocess_threads(config: EngineConfig) -> int:
@@ -113,13 +143,12 @@ class VllmEngine(Engine):
         )
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
-        if self._threads > 1:
-            kwargs["mm_processor_cache_gb"] = 0
+        kwargs["mm_processor_cache_gb"] = 0
         for key in ("max_num_batched_tokens", "mm_encoder_attn_backend"):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        kwargs.update({k: v for k, v in c.options.items() if k != "preprocess_threads"})
+        kwargs.update({k: option_value(v) for k, v in c.options.items() if k != "preprocess_threads"})
         return kwargs
 
     def engine_args(self) -> Any:
@@ -187,18 +216,15 @@ class VllmEngine(Engine):
             with self._serial:
                 return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
 
-    async def _generate(self, request: EngineRequest) -> EngineOutput:
-        if self._llm is None:
-            raise EngineDead("the vLLM engine is not running")
-        inputs, params = self.prepare(request)
-        started = time.perf_counter()
-        final = None
+    async def _submit(self, request_id: str, inputs: dict, params: Any) -> Any:
+        """One submission to AsyncLLM; its last output."""
         prompt: Any = inputs
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
-            prompt = await loop.run_in_executor(self._prep_pool, self._process, request.request_id, inputs, params)
+            prompt = await loop.run_in_executor(self._prep_pool, self._process, request_id, inputs, params)
+        final = None
         try:
-            async for out in self._llm.generate(prompt, params, request_id=request.request_id):
+            async for out in self._llm.generate(prompt, params, request_id=request_id):
                 final = out
         except Exception as exc:
             if self._llm.errored:
@@ -206,6 +232,25 @@ class VllmEngine(Engine):
             raise
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
+        return final
+
+    async def _generate(self, request: EngineRequest) -> EngineOutput:
+        if self._llm is None:
+            raise EngineDead("the vLLM engine is not running")
+        inputs, params = self.prepare(request)
+        started = time.perf_counter()
+        for attempt in range(1 + _REQUEST_ERROR_RETRIES):
+            request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
+            final = await self._submit(request_id, inputs, params)
+            failure = request_failure(final)
+            if failure is None:
+                break
+            logger.warning("vLLM failed request %s (%s); attempt %d", request_id, failure, attempt + 1)
+        else:
+            raise EngineRequestFailed(
+                f"the vLLM engine failed this request {1 + _REQUEST_ERROR_RETRIES} times ({failure}); "
+                "it is still serving, send it again"
+            )
         completion = final.outputs[0]
         result = EngineOutput(
             text=completion.text,
