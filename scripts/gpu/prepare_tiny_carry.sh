@@ -45,7 +45,8 @@ wheels=(hydra-core omegaconf antlr4-python3-runtime gymnasium farama-notificatio
         referencing rpds-py pydantic pydantic-core annotated-types typing-inspection orjson pybase64
         fastapi starlette annotated-doc uvicorn httptools uvloop prometheus-client
         matplotlib contourpy cycler fonttools kiwisolver pyparsing python-dateutil)
-mapfile -t pins < <(pinned "${wheels[@]}")
+pin_list=$(pinned "${wheels[@]}")  # fails here if a package is in no lock
+mapfile -t pins <<<"$pin_list"
 # a few of these ship only as source: build them here (all pure Python)
 for pin in "${pins[@]}"; do
   python3 -m pip download -q --no-deps "${py312[@]}" -d "$OUT/t1/whl" "$pin" 2>/dev/null \
