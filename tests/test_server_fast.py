@@ -218,11 +218,17 @@ def test_bytes_in_flight_are_bounded_before_the_body_is_read():
 
 
 def test_engine_error_is_a_500_without_internals_and_death_is_reported():
-    with InProcessServer(engine_option=["fail_on=FAILNOW", "die_on=DIENOW"]) as s:
+    with InProcessServer(engine_option=["fail_on=FAILNOW", "refuse_on=REFUSENOW", "die_on=DIENOW"]) as s:
         r = post(f"{s.url}/score", json={**body(), "task_text": "FAILNOW please"})
         assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
         assert "fake" not in r.text and "Traceback" not in r.text
         assert get(f"{s.url}/health").json()["status"] == "ok"
+        # one request the engine failed as retryable: 503 the client retries, never a score
+        r = post(f"{s.url}/score", json={**body(), "task_text": "REFUSENOW please"})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "engine_request_failed"
+        assert r.headers["retry-after"] == "1"
+        assert get(f"{s.url}/health").json()["status"] == "ok"
+        assert post(f"{s.url}/score", json=body()).status_code == 200
         r = post(f"{s.url}/score", json={**body(), "task_text": "DIENOW please"})
         assert r.status_code == 503 and r.json()["error"]["type"] == "engine_failed"
         health = get(f"{s.url}/health")

@@ -10,7 +10,8 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
 - `answer` (default "{score}"): the text answered; `{score}` is the mean brightness of the last
   frame on a 0-100 scale, so brighter final frames score higher (tests can steer the score).
 - `fail_on` (default ""): a task-text fragment that makes the engine raise (an engine error);
-  `die_on`: one that kills the engine (EngineDead).
+  `refuse_on`: one that fails just that request as retryable (EngineRequestFailed, as vLLM's
+  request-level errors end); `die_on`: one that kills the engine (EngineDead).
 - `split_words` (default ""): comma-separated answer words the fake tokenizer splits in two.
 """
 
@@ -21,7 +22,7 @@ import math
 import time
 
 from reward_server.engine_io import EngineOutput, EngineRequest, TextPart
-from reward_server.engines.base import Engine, EngineConfig, EngineDead
+from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
 
 
 class FakeEngineError(RuntimeError):
@@ -38,6 +39,7 @@ class FakeEngine(Engine):
         self.token_s = float(o.get("token_ms", 0)) / 1000
         self.answer = str(o.get("answer", "{score}"))
         self.fail_on = str(o.get("fail_on", ""))
+        self.refuse_on = str(o.get("refuse_on", ""))
         self.die_on = str(o.get("die_on", ""))
         self.split_words = {w for w in str(o.get("split_words", "")).split(",") if w}
         self.started = False
@@ -68,6 +70,8 @@ class FakeEngine(Engine):
             raise EngineDead(self.dead)
         if self.fail_on and self.fail_on in text:
             raise FakeEngineError("the fake engine was told to fail")
+        if self.refuse_on and self.refuse_on in text:
+            raise EngineRequestFailed("the fake engine failed this request; send it again")
         s = request.sampling
         tokens = 0
         if s.mode == "generate" and self.token_s > 0:
