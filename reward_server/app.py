@@ -215,9 +215,11 @@ def build_app(service: ScoringService) -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict:
-        """Engine counters (requests, running, aborted, batches); for tests and debugging."""
+        """Engine counters (requests, running, aborted, batches) of real requests, and the start-up
+        warm-up (`warmup`: episodes, shapes, seconds; null when off); for tests and debugging."""
         return {
             **service.engine.stats.as_dict(),
+            "warmup": service.warmup.as_dict() if service.warmup else None,
             "episodes_in_progress": service.admission.episodes,
             "bytes_in_progress": service.admission.bytes,
             "decode_workers_replaced": service.pool.replaced,

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = field.default_factory() if field.default_factory else field.default
         help_text = f"{field.description or ''} (default: {default})".strip()
         annotation = field.annotation
-        if annotation is bool:
+        if annotation is bool or annotation == bool | None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         elif typing.get_origin(annotation) is list:
             metavar = "DIR" if name == "video_roots" else "KEY=VALUE"

@@ -47,6 +47,7 @@ from reward_server.metrics import Metrics
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
 from reward_server.video import DecodeLimits
+from reward_server.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class ScoringService:
         self.metrics = metrics or Metrics()
         self.status: HealthStatus = "loading"
         self.detail: str | None = None
+        self.warmup: WarmupReport | None = None
         self.active = 0  # requests being handled
         self._on_failure = on_failure
         self.admission = Admission(settings.max_queue, int(settings.effective_max_inflight_mb() * 1024 * 1024))
@@ -109,6 +111,15 @@ class ScoringService:
             logger.exception("engine %s could not load %s", self.engine.name, self.engine.model_name)
             self.fail(f"engine could not start: {type(exc).__name__}: {exc}")
             return
+        if self.settings.effective_warmup():
+            s = self.settings
+            try:
+                self.warmup = await warm_up(self.engine, self.profile, s.warmup_batch, s.warmup_frames, s.warmup_size)
+            except Exception as exc:
+                logger.exception("engine %s could not score the warm-up batch", self.engine.name)
+                self.fail(f"engine could not score the warm-up batch: {type(exc).__name__}: {exc}")
+                return
+            self.engine.stats.reset()  # the counters describe real requests only
         self.status = "ok"
         logger.info(
             "ready: backend=%s engine=%s model=%s (%.1f s)",

@@ -78,6 +78,14 @@ class ServerSettings(BaseModel):
     )
     api_key: str | None = Field(None, description="require 'Authorization: Bearer KEY' on every route but /health")
     shutdown_timeout_s: float = Field(60.0, ge=0, description="on SIGTERM: how long in-flight work may finish")
+    warmup: bool | None = Field(
+        None,
+        description="score a synthetic batch of the configured shapes before /health says ok "
+        "(default: on for vllm and hf, off for fake)",
+    )
+    warmup_batch: int = Field(8, ge=1, le=256, description="episodes in the warm-up batch (per warmed score mode)")
+    warmup_frames: int = Field(16, ge=2, le=256, description="frames per warm-up episode")
+    warmup_size: int = Field(256, ge=28, le=4096, description="side of the warm-up episodes' square frames, in pixels")
     seed: int = 0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -88,6 +96,9 @@ class ServerSettings(BaseModel):
         if value not in allowed:
             raise ValueError(f"dtype {value!r} is not one of {', '.join(allowed)}")
         return value
+
+    def effective_warmup(self) -> bool:
+        return self.warmup if self.warmup is not None else self.engine != "fake"
 
     def effective_batch_wait_ms(self) -> float:
         # a transformers forward pass takes the batch it is given: let concurrent arrivals gather

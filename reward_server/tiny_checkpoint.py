@@ -59,6 +59,10 @@ SMOKE_SETTINGS = {
     "max_model_len": 4096,
     "enforce_eager": True,
     "max_tokens": 32,
+    # the smallest warm-up batch: a CPU smoke run gains nothing from warming LIBERO's shapes
+    "warmup_batch": 1,
+    "warmup_frames": 2,
+    "warmup_size": 56,
 }
 
 # Words the tokenizer must keep whole: the logprob prompts read the next-token probability of

@@ -20,6 +20,11 @@ tokens: random weights need fixed output lengths). Paths, for N episodes ending 
   an inline MP4 `video_url` (encoded at 2 fps outside the timing), N concurrent calls.
 
 Prints one table (with the server's mean per-stage timings per episode) and writes JSON.
+
+`--first-batch` measures instead the first batch a server scores after it started (the hook
+path, the first style and N, no warm-up call) against `--repeats` steady batches that follow, in
+one run, and prints JSON: with `--launch`, the server is started for it (`--launch "... --no-warmup"`
+shows what the start-up warm-up saves).
 """
 
 from __future__ import annotations
@@ -261,6 +266,28 @@ async def run(paths: dict[str, Callable], styles: list[str], ns: list[int], repe
     return results
 
 
+async def first_batch(paths: ServerPaths, style: str, n: int, repeats: int, frames: int, size: int) -> dict:
+    """The first batch the server sees, then `repeats` steady ones, all new episodes."""
+    episodes = Episodes(frames, size)
+    walls, errors = [], 0
+    for _ in range(1 + max(1, repeats)):
+        wall, responses, _ = await paths.hook_raw(episodes.take(n), style)
+        walls.append(wall)
+        errors += sum(r is None for r in responses)
+        logger.info("%s batch of %d: %.3f s", "first" if len(walls) == 1 else "steady", n, wall)
+    steady = statistics.median(walls[1:])
+    return {
+        "path": "hook_raw",
+        "style": style,
+        "n": n,
+        "first_s": walls[0],
+        "steady_s": walls[1:],
+        "steady_median_s": steady,
+        "first_over_steady": walls[0] / steady,
+        "errors": errors,
+    }
+
+
 def table(results: list[Result]) -> str:
     lines = [
         f"{'path':<11} {'style':<8} {'N':>4} {'eps/s':>7} {'wall s':>7} {'err':>4} {'MiB':>7} "
@@ -292,7 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--out", default="bench.json")
     parser.add_argument("--startup-timeout", type=float, default=900)
+    parser.add_argument(
+        "--first-batch",
+        action="store_true",
+        help="the first batch after the server started against --repeats steady ones (hook path, first style and N)",
+    )
     args = parser.parse_args(argv)
+    if args.first_batch and not (args.url or args.launch is not None):
+        parser.error("--first-batch needs --launch (a server started for it) or --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -319,6 +353,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.peer_url:
             peer = PeerPath(args.peer_url, args.peer_model or "")
             chosen["peer"] = peer.peer
+        if args.first_batch:
+            measure = first_batch(server_paths, args.styles[0], args.n[0], args.repeats, args.frames, args.size)
+
+            async def first():
+                try:
+                    return await measure
+                finally:
+                    await server_paths.close()
+
+            report["first_batch"] = asyncio.run(first())
+            report["first_batch"]["warmup"] = httpx.get(f"{url.split(',')[0]}/stats", timeout=10).json().get("warmup")
+            report["host"] = {"python": platform.python_version(), "machine": platform.machine()}
+            Path(args.out).write_text(json.dumps(report, indent=2))
+            print(json.dumps(report["first_batch"], indent=2))
+            return 1 if report["first_batch"]["errors"] else 0
 
         async def go():
             try:

@@ -59,3 +59,22 @@ def test_client_bench_reports_bounded_buffers_and_cpu_per_episode():
     assert float(values["raw_cpu_ms_per_finished_episode"]) > 0
     assert float(values["inline_cpu_ms_per_finished_episode"]) > 0
     assert float(values["raw_batch_body_mib"]) < float(values["inline_batch_body_mib"])  # no base64
+
+
+def test_first_batch_mode_reports_the_first_batch_against_steady_ones(tmp_path):
+    out = tmp_path / "first.json"
+    launch = "--engine fake --engine-option delay_ms=30 --warmup --warmup-batch 2 --warmup-frames 4 --warmup-size 64"
+    args = ["--launch", launch, "--first-batch", "--n", "3", "--styles", "logprob", "--repeats", "2", "--size", "64"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout)
+    assert printed == json.loads(out.read_text())["first_batch"]
+    assert printed["n"] == 3 and printed["style"] == "logprob" and printed["errors"] == 0
+    assert printed["first_s"] > 0 and len(printed["steady_s"]) == 2
+    assert printed["first_over_steady"] == pytest.approx(printed["first_s"] / printed["steady_median_s"])
+    assert printed["warmup"]["episodes"] == 4 and printed["warmup"]["size"] == 64  # auto + logprob, 2 each

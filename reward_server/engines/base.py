@@ -78,6 +78,11 @@ class EngineStats:
         else:
             self.finished += 1
 
+    def reset(self) -> None:
+        """Zero every counter (after the start-up warm-up: the counters describe real requests)."""
+        for name, value in EngineStats().__dict__.items():
+            setattr(self, name, value)
+
     def record_batch(self, size: int) -> None:
         self.batches += 1
         self.max_batch_size = max(self.max_batch_size, size)
