@@ -1,6 +1,12 @@
-"""The VLM reward inside RLinf's LIBERO env (called by the patched `libero_env.py`).
+"""The VLM reward inside RLinf's envs (called by the patched `libero_env.py` and `maniskill_env.py`).
 
-RLinf computes `reward = step_penalty + reward_coef * termination` (and, under
+The hook sees every env of one RLinf env object through a per-step view (`EnvStep`:
+frames, instructions, termination, truncation and success flags); what differs between envs
+(where the frames are, which flag means success, where the instruction comes from) is in
+reward_client.env_adapters. `start` / `step` are the env-neutral entry points; `on_reset` /
+`on_step` are the LIBERO patch's.
+
+For LIBERO, RLinf computes `reward = step_penalty + reward_coef * termination` (and, under
 `use_rel_reward`, the difference to the previous step). The patch hands `_calc_step_reward`
 the value of this hook instead of the termination flags: 0 until an env's episode first ends,
 then the judge's score (or its binary threshold) for the rest of the episode. RLinf's own
@@ -8,7 +14,7 @@ arithmetic then gives `reward_coef * score` once, at the first done step, under
 `use_rel_reward`; envs that keep stepping after done are not scored again.
 
 All envs that end in the same step are judged in one batch request, with the canary probes of
-some of them (reward_client.canary); the judge is audited against LIBERO's success flag
+some of them (reward_client.canary); the judge is audited against the env's own success flag
 (reward_client.audit). Neither touches a reward.
 """
 
@@ -28,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reward_client.audit import CanaryTally, JudgeAudit, task_key
 from reward_client.canary import CANARY_KINDS, CanaryKind, CanaryPlanner
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
+from reward_client.env_adapters import EnvStep, LiberoAdapter
 from reward_client.episodes import EpisodeBuffers
 from reward_client.protocol import MAX_BATCH_ITEMS, BackendKwargs, InlineFrames, ScoreMode, ScoreOptions, ScoreRequest
 
@@ -65,7 +72,10 @@ class RewardModelConfig(BaseModel):
     deadline_s: float = Field(900.0, gt=0)
     wait_ready_s: float = Field(600.0, ge=0)
     api_key: str | None = None
-    audit: bool = Field(True, description="log env/vlm_audit/*: the judge against LIBERO's success flag")
+    task_text: str | None = Field(
+        None, description="instruction for envs whose task has none of its own (ManiSkill's PickCube, ...)"
+    )
+    audit: bool = Field(True, description="log env/vlm_audit/*: the judge against the env's own success flag")
     canary_fraction: float = Field(0.0, ge=0.0, le=1.0, description="share of episodes also sent as canary probes")
     canary_kinds: list[CanaryKind] = Field(default_factory=lambda: list(CANARY_KINDS))
     canary_tasks: list[str] = Field(default_factory=list, description="wrong_task instructions besides the envs' tasks")
@@ -93,7 +103,7 @@ class VLMRewardHook:
         self.scores = np.zeros(num_envs, dtype=np.float64)
         self.fallback = np.zeros(num_envs, dtype=np.float64)
         self.latency_ms = np.zeros(num_envs, dtype=np.float64)
-        self.env_success = np.zeros(num_envs, dtype=bool)  # LIBERO's flag so far: measured against, never a reward
+        self.env_success = np.zeros(num_envs, dtype=bool)  # the env's flag so far: measured against, never a reward
         self.audit = JudgeAudit(config.success_threshold) if config.audit else None
         self.canaries = CanaryTally(config.canary_kinds) if config.canary_fraction > 0 else None
         self.planner = CanaryPlanner(config.canary_fraction, config.canary_kinds, config.canary_tasks)
@@ -143,12 +153,12 @@ class VLMRewardHook:
                 self.config.fallback,
             )
 
-    # --- called by the patched LiberoEnv -------------------------------------------------
+    # --- env-neutral entry points (reward_client.env_adapters builds the view) ------------------
 
-    def on_reset(self, env_idx: Any, main_images: Any) -> None:
-        """Episodes start for env_idx; main_images holds all envs' current frames."""
+    def start(self, env_idx: Any, frames: Any) -> None:
+        """Episodes start for env_idx (None: every env); frames holds all envs' current frames."""
         ids = np.arange(self.num_envs) if env_idx is None else np.atleast_1d(np.asarray(env_idx, dtype=np.int64))
-        frames = np.asarray(main_images)
+        frames = np.asarray(frames)
         self.buffers.start(ids, frames[ids])
         for arr in (self.values, self.scores, self.fallback, self.latency_ms):
             arr[ids] = 0.0
@@ -158,6 +168,31 @@ class VLMRewardHook:
             if window is not None and len(ids) == self.num_envs:  # every env restarts: a new rollout epoch
                 window.new_window()
 
+    def step(self, view: EnvStep) -> np.ndarray:
+        """Record this step's frames, judge the episodes that just ended (all in one request);
+        returns the per-env value that stands where the env's success signal stood in RLinf's
+        reward: 0 until an episode first ends, then its score."""
+        running = ~self.judged
+        self.env_success |= view.success & running
+        self._task_ids = view.task_ids
+        self.buffers.append(view.frames, running)
+        if self.ignore_terminations:
+            ended = view.truncations
+        elif self.config.score_on_truncation:
+            ended = view.terminations | view.truncations
+        else:
+            ended = view.terminations
+        new = np.flatnonzero(ended & running)
+        if len(new):
+            self._judge(new, view)
+        return self.values.copy()
+
+    # --- called by the patched LiberoEnv -------------------------------------------------
+
+    def on_reset(self, env_idx: Any, main_images: Any) -> None:
+        """LIBERO's reset: see `start`."""
+        self.start(env_idx, main_images)
+
     def on_step(
         self,
         main_images: Any,
@@ -166,25 +201,9 @@ class VLMRewardHook:
         truncations: Any,
         task_ids: Any = None,
     ) -> np.ndarray:
-        """Record this step's frames, judge episodes that just ended; returns the per-env value
-        that replaces the termination flags in RLinf's reward. task_ids (LIBERO's) name the
-        per-task audit scalars (else a slug of the task text does)."""
-        terminations = np.asarray(terminations, dtype=bool)
-        truncations = np.asarray(truncations, dtype=bool)
-        running = ~self.judged
-        self.env_success |= terminations & running
-        self._task_ids = task_ids
-        self.buffers.append(np.asarray(main_images), running)
-        if self.ignore_terminations:
-            ended = truncations
-        elif self.config.score_on_truncation:
-            ended = terminations | truncations
-        else:
-            ended = terminations
-        new = np.flatnonzero(ended & running)
-        if len(new):
-            self._judge(new, task_descriptions, terminations)
-        return self.values.copy()
+        """LIBERO's step: the value that replaces the termination flags in RLinf's reward. task_ids
+        (LIBERO's) name the per-task audit scalars (else a slug of the task text does)."""
+        return self.step(LiberoAdapter.view(main_images, task_descriptions, terminations, truncations, task_ids))
 
     def episode_info(self) -> dict[str, np.ndarray]:
         """Per-episode values for `infos["episode"]` (RLinf logs them as env/<key>), plus this rollout
@@ -230,7 +249,8 @@ class VLMRewardHook:
             return self.client.score_batch(requests)
         return self.client.score_episodes(episodes)
 
-    def _judge(self, envs: np.ndarray, tasks: Sequence[str], terminations: np.ndarray) -> None:
+    def _judge(self, envs: np.ndarray, view: EnvStep) -> None:
+        tasks = view.tasks
         started = time.perf_counter()
         frames = [self.buffers.frames(int(e)) for e in envs]
         texts = [str(tasks[e]) for e in envs]
@@ -296,7 +316,7 @@ class VLMRewardHook:
                 )
                 if item is not None and item.response is not None:
                     self.counts["parse_failures"] += 1
-                self._fall_back(int(env), bool(terminations[env]), reason)
+                self._fall_back(int(env), bool(view.success[env]), reason)
             else:
                 self.scores[env] = score
                 self.values[env] = self._value(score)
@@ -318,7 +338,7 @@ class VLMRewardHook:
             return [*self._send(episodes[:real]), *[None] * (len(episodes) - real)]
 
     def _measure(self, env: int, task: str, score: float) -> None:
-        """The judged episode against LIBERO's flag (fallback episodes were not judged): logged only."""
+        """The judged episode against the env's success flag (fallback episodes were not judged): logged only."""
         success = bool(self.env_success[env])
         if self.audit is not None:
             task_id = None if self._task_ids is None else self._task_ids[env]
