@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 
 class FrameError(ValueError):
     """Frames that no model could use (none at all, an absurd aspect ratio)."""
@@ -77,3 +79,55 @@ class FrameSpec:
 
 
 QWEN2_5_VL = FrameSpec()
+
+
+def _cubic_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices [n_out, 4] and weights [n_out, 4] of bicubic resampling (a = -0.75, pixel
+    centres aligned, edges replicated): the kernel OpenCV's INTER_CUBIC uses, which the server
+    resizes with."""
+    a = -0.75
+    x = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+    x0 = np.floor(x)
+    t = (x - x0)[:, None]
+    d = np.abs(t - np.arange(-1, 3)[None, :])  # distance to the 4 taps x0-1 .. x0+2
+    w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a)
+    idx = np.clip(x0[:, None].astype(np.int64) + np.arange(-1, 3)[None, :], 0, n_in - 1)
+    return idx, (w / w.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _resize(frames: np.ndarray, h: int, w: int) -> np.ndarray:
+    try:
+        import cv2  # the server's own resize: frames come out exactly as it would make them
+    except ImportError:
+        cv2 = None
+    if cv2 is not None:
+        out = np.empty((frames.shape[0], h, w, frames.shape[3]), dtype=np.uint8)
+        for i, frame in enumerate(frames):
+            out[i] = cv2.resize(np.ascontiguousarray(frame), (w, h), interpolation=cv2.INTER_CUBIC)
+        return out
+    rows, row_w = _cubic_taps(frames.shape[1], h)
+    cols, col_w = _cubic_taps(frames.shape[2], w)
+    out = np.empty((frames.shape[0], h, w, frames.shape[3]), dtype=np.uint8)
+    for i, frame in enumerate(frames):  # one frame at a time: bounded float buffers
+        x = np.einsum("hkwc,hk->hwc", frame[rows].astype(np.float32), row_w)
+        x = np.einsum("hwkc,wk->hwc", x[:, cols], col_w)
+        out[i] = np.clip(np.rint(x), 0, 255)
+    return out
+
+
+def to_grid(
+    frames: np.ndarray, patch: int = 28, max_pixels: int = 256 * 28 * 28, spec: FrameSpec | None = None
+) -> np.ndarray:
+    """Frames [T, H, W, 3] uint8 resized onto the model's grid in the sender (256x256 -> 252x252
+    for Qwen2.5-VL), so the server resizes nothing: the size the server would pick for
+    `max_pixels` (FrameSpec.fit_size), by the same bicubic resampling (OpenCV's when installed,
+    else the same kernel in numpy, within a grey level of it). Frames already on the grid are
+    returned as they are. Also 3% fewer bytes to send at 256 -> 252."""
+    if frames.ndim != 4 or frames.dtype != np.uint8:
+        raise FrameError(f"frames must be uint8 [T, H, W, C], got {frames.dtype} {list(frames.shape)}")
+    spec = spec or FrameSpec(pixel_factor=patch)
+    _, height, width, _ = frames.shape
+    h, w = spec.fit_size(height, width, max_pixels)
+    if (h, w) == (height, width):
+        return frames
+    return _resize(frames, h, w)

@@ -36,6 +36,7 @@ from reward_client.canary import CANARY_KINDS, CanaryKind, CanaryPlanner
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
 from reward_client.env_adapters import EnvStep, LiberoAdapter
 from reward_client.episodes import EpisodeBuffers
+from reward_client.frames import to_grid
 from reward_client.protocol import MAX_BATCH_ITEMS, BackendKwargs, InlineFrames, ScoreMode, ScoreOptions, ScoreRequest
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ class RewardModelConfig(BaseModel):
     backend: str | None = Field(None, description="checked by the server when given")
     nframes: int = Field(16, ge=1, le=256)
     max_pixels: int = 256 * 28 * 28
+    to_grid: bool = Field(
+        False,
+        description="resize frames onto the model's 28-pixel grid in the env worker (256x256 -> 252x252, as the "
+        "server would), so the server resizes nothing",
+    )
     score_mode: ScoreMode | None = None
     transport: Literal["raw", "inline", "video_path"] = Field(
         "raw",
@@ -253,6 +259,8 @@ class VLMRewardHook:
         tasks = view.tasks
         started = time.perf_counter()
         frames = [self.buffers.frames(int(e)) for e in envs]
+        if self.config.to_grid:
+            frames = [to_grid(f, max_pixels=self.config.max_pixels) for f in frames]
         texts = [str(tasks[e]) for e in envs]
         self.planner.task_pool.update(dict.fromkeys(map(str, tasks)))  # wrong_task draws from every env's task
         probes = [] if self.canaries is None else self.planner.plan(envs, texts, frames, MAX_BATCH_ITEMS - len(envs))

@@ -6,12 +6,13 @@ Precedence: built-in defaults < `--config FILE.yaml` < flags given on the comman
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_client.protocol import ScoreMode
 
@@ -46,6 +47,14 @@ class ServerSettings(BaseModel):
     max_num_seqs: int = Field(128, ge=1, description="vllm: requests scheduled together")
     max_num_batched_tokens: int | None = Field(None, ge=256, description="vllm: tokens per step; GPU default 65536")
     mm_encoder_attn_backend: str | None = Field(None, description="vllm: encoder attention; GPU default FLASH_ATTN")
+    quantization: str | None = Field(
+        None, description="vllm: quantize the weights at load time, e.g. fp8 (lossy: check with reward_tools.fidelity)"
+    )
+    kv_cache_dtype: str | None = Field(None, description="vllm: KV cache dtype, e.g. fp8 (lossy); default: the model's")
+    compile_mm_encoder: bool = Field(False, description="vllm: torch.compile the vision encoder (newer vLLM)")
+    cudagraph_mm_encoder: bool = Field(
+        False, description="vllm: capture the vision encoder in CUDA graphs (newer vLLM)"
+    )
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default: the profile's")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="default: the profile's")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="new tokens; default: the profile's")
@@ -110,14 +119,35 @@ class ServerSettings(BaseModel):
         total_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
         return max(self.max_body_mb, min(4096.0, total_mb / 4))
 
+    @model_validator(mode="after")
+    def _vllm_only(self) -> ServerSettings:
+        given = [
+            name
+            for name in ("quantization", "kv_cache_dtype", "compile_mm_encoder", "cudagraph_mm_encoder")
+            if getattr(self, name)
+        ]
+        if given and self.engine != "vllm":
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} apply to the vllm engine only (this server runs --engine {self.engine})")
+        for name in ("quantization", "kv_cache_dtype"):
+            value = getattr(self, name)
+            if value is not None and not re.fullmatch(r"[A-Za-z0-9_\-]+", value):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r} is not a name (letters, digits, _ and -)")
+        return self
+
     def engine_options(self) -> dict[str, str]:
+        """`--engine-option KEY=VALUE`s, with what the vLLM tuning flags stand for merged in."""
+        from reward_server.engines.vllm_options import flag_options
+
         options = {}
         for item in self.engine_option:
             key, sep, value = item.partition("=")
             if not sep or not key:
                 raise ValueError(f"--engine-option {item!r} must be KEY=VALUE")
             options[key.strip()] = value.strip()
-        return options
+        return flag_options(
+            self.quantization, self.kv_cache_dtype, self.compile_mm_encoder, self.cudagraph_mm_encoder, options
+        )
 
     def effective_decode_workers(self) -> int:
         if self.decode_workers is not None:

@@ -49,6 +49,7 @@ import httpx
 import numpy as np
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient
+from reward_client.frames import to_grid
 from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
 
 logger = logging.getLogger("reward_tools.bench")
@@ -119,9 +120,10 @@ def _stages(responses: list) -> dict[str, float]:
 class ServerPaths:
     """The server-side paths; each returns (wall seconds, responses or None per episode, request MiB)."""
 
-    def __init__(self, url: str, video_dir: str):
+    def __init__(self, url: str, video_dir: str, grid: bool = False):
         self.url = url
         self.video_dir = video_dir
+        self.grid = grid  # the hook's `to_grid`: frames resized onto the model grid by the client
         policy = RetryPolicy(deadline_s=3600, timeout_s=3600)
         # several servers (comma-separated): the client splits each batch across them. The hook
         # paths use the blocking client, as the RLinf hook does (it sends a split batch's parts
@@ -130,8 +132,10 @@ class ServerPaths:
         self.hook = RewardClient(url.split(","), policy)
 
     async def hook_raw(self, videos, style):
-        episodes = [(_options(i, style, len(v)), v) for i, v in enumerate(videos)]
         started = time.perf_counter()
+        if self.grid:  # in the timing: the env worker pays it
+            videos = await asyncio.to_thread(lambda: [to_grid(v) for v in videos])
+        episodes = [(_options(i, style, len(v)), v) for i, v in enumerate(videos)]
         items = await asyncio.to_thread(self.hook.score_episodes, episodes)
         wall = time.perf_counter() - started
         mib = sum(v.nbytes for v in videos) / 2**20
@@ -320,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench.json")
     parser.add_argument("--startup-timeout", type=float, default=900)
     parser.add_argument(
+        "--to-grid", action="store_true", help="hook_raw: the client resizes frames onto the model grid (256 -> 252)"
+    )
+    parser.add_argument(
         "--first-batch",
         action="store_true",
         help="the first batch after the server started against --repeats steady ones (hook path, first style and N)",
@@ -341,13 +348,16 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
         server.wait_ready(args.startup_timeout)
         url = server.url
-    report: dict = {"launch": args.launch, "workload": {"frames": args.frames, "size": args.size, "max_pixels": 200704}}
+    report: dict = {
+        "launch": args.launch,
+        "workload": {"frames": args.frames, "size": args.size, "max_pixels": 200704, "to_grid": args.to_grid},
+    }
     try:
         chosen: dict[str, Callable] = {}
         closers = []
         if url is not None:
             report["server"] = httpx.get(f"{url.split(',')[0]}/health", timeout=10).json()
-            server_paths = ServerPaths(url, video_dir)
+            server_paths = ServerPaths(url, video_dir, grid=args.to_grid)
             closers.append(server_paths.close)
             chosen.update({p: getattr(server_paths, p) for p in args.paths if p != "peer"})
         if args.peer_url:

@@ -70,3 +70,23 @@ def test_an_episode_the_server_refuses_stops_training_unless_a_fallback_is_asked
     assert values.tolist() == [0.0] * N
     assert h.counts["fallbacks"] == N and h.counts["request_errors"] == 1
     assert h.episode_info()["vlm_fallback"].tolist() == [1.0] * N
+
+
+def test_to_grid_sends_frames_on_the_model_grid_and_the_server_resizes_nothing(server, monkeypatch):
+    import reward_server.decoding as decoding
+
+    arrived = []
+    real_fit = decoding.fit_frames
+    monkeypatch.setattr(decoding, "fit_frames", lambda f, *a, **k: arrived.append(f.shape) or real_fit(f, *a, **k))
+    config = RewardModelConfig(enable=True, url=server.url, nframes=4, wait_ready_s=30, to_grid=True)
+    h = VLMRewardHook(config, num_envs=N)
+    seen = len(server.engine.seen)
+    frame = lambda t: np.random.default_rng(t).integers(0, 256, (N, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    h.on_reset(None, frame(0))
+    for t in range(1, 4):
+        h.on_step(frame(t), ["put the bowl on the plate"] * N, np.zeros(N, bool), np.full(N, t == 3))
+    assert arrived == [(4, 56, 56, 3)] * N  # 64 -> 56 in the env worker: already on the grid at the server
+    # what the server would have made of each env's frames (episodes reach the engine in any order)
+    expected = [fit_frames(np.stack([frame(t)[e] for t in h.buffers.steps(e)]), 200704) for e in range(N)]
+    got = [r.video for r in server.engine.seen[seen:]]
+    assert len(got) == N and all(any(np.array_equal(v, x) for x in expected) for v in got)

@@ -32,6 +32,7 @@ from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
+from reward_server.engines.vllm_options import check_supported
 from reward_server.prompting import load_processor, render, video_metadata
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class VllmEngine(Engine):
             if value:
                 kwargs[key] = value
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k != "preprocess_threads"})
+        check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
 
     def engine_args(self) -> Any:

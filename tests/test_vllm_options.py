@@ -1,0 +1,76 @@
+"""Flags toward the compute ceiling (--quantization, --kv-cache-dtype, the encoder switches): sugar
+over --engine-option, refused where they cannot apply, checked against the installed vLLM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reward_server import cli
+from reward_server.bootstrap import engine_config
+
+FLAGS = ["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--compile-mm-encoder", "--cudagraph-mm-encoder"]
+
+
+def test_flags_become_engine_options_merged_with_explicit_ones():
+    s = cli.parse_settings([*FLAGS, "--engine-option", 'compilation_config={"mode": 3}'])
+    options = engine_config(s).options
+    assert options["quantization"] == "fp8" and options["kv_cache_dtype"] == "fp8"
+    assert json.loads(options["compilation_config"]) == {
+        "mode": 3,
+        "compile_mm_encoder": True,
+        "cudagraph_mm_encoder": True,
+    }
+    assert "compilation_config" not in engine_config(cli.parse_settings(["--quantization", "fp8"])).options
+    assert engine_config(cli.parse_settings(["--engine-option", "quantization=fp8"])).options == {"quantization": "fp8"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine", "hf", "--quantization", "fp8"], "--quantization apply to the vllm engine only"),
+        (["--engine", "fake", "--cudagraph-mm-encoder"], "--cudagraph-mm-encoder apply to the vllm engine only"),
+        (["--quantization", "fp8", "--engine-option", "quantization=awq"], "disagree"),
+        (["--kv-cache-dtype", "fp8;rm"], "is not a name"),
+        (["--compile-mm-encoder", "--engine-option", "compilation_config=3"], "must be a JSON object"),
+    ],
+)
+def test_flags_that_cannot_apply_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_settings(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.engine  # imports vLLM (no model is loaded)
+def test_the_installed_vllm_is_asked_what_it_supports():
+    from reward_server.engines.vllm_engine import VllmEngine
+    from reward_server.engines.vllm_options import UnsupportedByVllm
+
+    kwargs = VllmEngine(engine_config(cli.parse_settings([*FLAGS, "--model-path", "/m"]))).engine_kwargs()
+    assert kwargs["quantization"] == "fp8" and kwargs["kv_cache_dtype"] == "fp8"
+    assert kwargs["compilation_config"] == {"compile_mm_encoder": True, "cudagraph_mm_encoder": True}
+    for argv, message in (
+        (["--quantization", "fp9"], "--quantization 'fp9': vLLM .* knows .*fp8"),
+        (["--kv-cache-dtype", "int3"], "--kv-cache-dtype 'int3': vLLM .* knows .*fp8_e4m3"),
+        (["--engine-option", 'compilation_config={"cudagraph_mm_encoderz": true}'], None),
+    ):
+        engine = VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"])))
+        if message is None:
+            engine.engine_kwargs()  # unknown keys the flags did not set are vLLM's to judge
+            continue
+        with pytest.raises(UnsupportedByVllm, match=message):
+            engine.engine_kwargs()
+
+
+@pytest.mark.engine
+def test_an_older_vllm_without_the_encoder_switches_is_named(monkeypatch):
+    import dataclasses
+
+    import vllm.config
+
+    from reward_server.engines.vllm_options import UnsupportedByVllm, check_supported
+
+    monkeypatch.setattr(vllm.config, "CompilationConfig", dataclasses.make_dataclass("Old", [("mode", int, 0)]))
+    with pytest.raises(UnsupportedByVllm, match=r"has no cudagraph_mm_encoder .*--cudagraph-mm-encoder needs a newer"):
+        check_supported({"compilation_config": {"cudagraph_mm_encoder": True}})
