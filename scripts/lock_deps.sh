@@ -61,7 +61,7 @@ PYTHON="$WORK/client/bin/python" bash "$ROOT/scripts/install_deps.sh" --client -
 
 log "LIBERO simulator + RLinf environment"
 LIBERO_VENV="$WORK/libero" LIBERO_UNLOCKED=1 bash "$ROOT/scripts/setup_libero_env.sh" >/dev/null
-{ header "LIBERO-10 simulator, RLinf 0.3.0 and its training runner (scripts/setup_libero_env.sh)."; \
+{ header "LIBERO-10 simulator, ManiSkill 3, RLinf 0.3.0 and its training runner (scripts/setup_libero_env.sh)."; \
   freeze "$WORK/libero"; } > "$ROOT/requirements/libero.lock"
 
 log "wrote $(ls "$ROOT"/requirements/*.lock | xargs -n1 basename | tr '\n' ' ')"

@@ -6,6 +6,8 @@
 #
 #   bash scripts/setup_libero_env.sh [VENV_DIR]     default: ~/.cache/reward_server/libero-venv
 #
+# Also ManiSkill 3 for RLinf's ManiSkill env, rendering on the CPU through Mesa's software Vulkan
+# (scripts/setup_maniskill_env.sh; SKIP_MANISKILL=1 leaves it out).
 # Prints the environment variables the simulator needs. Safe to run again.
 set -euo pipefail
 
@@ -79,6 +81,10 @@ datasets: $LIBERO_PKG/../datasets
 assets: $LIBERO_PKG/assets
 YAML
 
+if [ "${SKIP_MANISKILL:-0}" != 1 ]; then
+  bash "$ROOT/scripts/setup_maniskill_env.sh" "$VENV" >/dev/null
+fi
+
 cat <<ENV
 LIBERO_PYTHON=$PY
 LIBERO_CONFIG_PATH=$CONFIG_DIR
@@ -86,4 +92,5 @@ TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 MUJOCO_GL=egl
 PYOPENGL_PLATFORM=egl
 ENV
+[ "${SKIP_MANISKILL:-0}" = 1 ] || log "ManiSkill on the CPU: . $VENV/vulkan/env.sh"
 log "ready: $PY"
