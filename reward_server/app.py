@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from reward_client import raw_batch
+from reward_client.openai_chat import ChatCompletionRequest, ChatCompletionResponse, ModelList, OpenAIErrorBody
 from reward_client.protocol import (
     BatchScoreRequest,
     BatchScoreResponse,
@@ -28,6 +29,7 @@ from reward_client.protocol import (
     ScoreResponse,
 )
 from reward_server.body import BodyReader, LengthRequired, cancel_on_disconnect
+from reward_server.chat import ChatCompletions
 from reward_server.errors import (
     RETRY_AFTER_S,
     BadRequest,
@@ -41,6 +43,7 @@ from reward_server.service import ScoringService
 logger = logging.getLogger(__name__)
 
 _ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 408, 411, 413, 415, 422, 500, 503, 504)}
+_OPENAI_ERRORS = {code: {"model": OpenAIErrorBody} for code in (*_ERRORS, 404)}
 JSON = "application/json"
 
 
@@ -114,7 +117,7 @@ class AuthAndMetrics:
                 raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
             await self.app(scope, receive, send_counted)
         except Exception as exc:  # anything unexpected: a 500 without internals, logged by classify
-            await error_response(exc)(scope, receive, send_counted)
+            await error_response(exc, scope.get("path", ""))(scope, receive, send_counted)
         route = scope.get("route")
         self.service.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status["code"])).inc()
 
@@ -185,6 +188,24 @@ def build_app(service: ScoringService) -> FastAPI:
 
         return await handle(request, (JSON, raw_batch.CONTENT_TYPE), work)
 
+    chat = ChatCompletions(service)
+
+    @app.post(
+        "/v1/chat/completions",
+        response_model=ChatCompletionResponse,
+        responses=_OPENAI_ERRORS,
+        openapi_extra=_body_schema(ChatCompletionRequest),
+    )
+    async def chat_completions(request: Request) -> ChatCompletionResponse:
+        """OpenAI's chat completions (no streaming), on the same engine, admission and decode
+        workers as /score: text, image_url and video_url parts; errors in OpenAI's shape."""
+        return await handle(request, (JSON,), lambda reader, started, _: chat.complete(reader, started))
+
+    @app.get("/v1/models", response_model=ModelList, responses={k: _OPENAI_ERRORS[k] for k in (401, 503)})
+    async def models() -> ModelList:
+        """The served model (--served-model-name); 503 until the engine serves."""
+        return chat.models()
+
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health() -> JSONResponse:
         """200 `ok` when the engine serves; 503 `loading`, `draining` or `failed` (never needs the API key)."""
@@ -225,6 +246,6 @@ def build_app(service: ScoringService) -> FastAPI:
             "decode_workers_replaced": service.pool.replaced,
         }
 
-    _with_request_schemas(app, (ScoreRequest, BatchScoreRequest))
+    _with_request_schemas(app, (ScoreRequest, BatchScoreRequest, ChatCompletionRequest))
     app.add_middleware(AuthAndMetrics, service=service)
     return app

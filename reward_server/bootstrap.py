@@ -28,6 +28,8 @@ def resolve(settings: ServerSettings) -> ServerSettings:
     """Fill what the settings leave open. Without --model-path the server serves the embedded
     random-weight checkpoint (built on first use), with the settings that checkpoint brings for
     small machines, wherever the user did not say otherwise."""
+    # the name clients use for the model, from the path the user gave (not the embedded one's)
+    settings = settings.model_copy(update={"served_model_name": settings.effective_served_model_name()})
     if settings.model_path is not None or settings.engine == "fake":
         return settings
     from reward_server.tiny_checkpoint import SMOKE_SETTINGS, ensure_checkpoint
@@ -70,6 +72,7 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         max_batch_size=settings.max_batch_size,
         batch_wait_ms=settings.effective_batch_wait_ms(),
         seed=settings.seed,
+        max_images=settings.max_images_per_request,
         options=settings.engine_options(),
     )
 

@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from reward_client.frames import FrameSpec
+from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import BatchScoreRequest, ScoreOptions, ScoreRequest
 from reward_server.decode_pool import DecodePool
 from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, open_confined, pick_frames
@@ -103,6 +104,10 @@ def parse_score_json(body: bytes) -> Source | VideoError:
 
 def parse_batch_json(body: bytes) -> list[Source | VideoError]:
     return [_source(req) for req in _validate(BatchScoreRequest, body).requests]
+
+
+def parse_chat_json(body: bytes) -> ChatCompletionRequest:
+    return _validate(ChatCompletionRequest, body)  # type: ignore[return-value]
 
 
 def decode_media(

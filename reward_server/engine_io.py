@@ -1,17 +1,19 @@
 """What a profile hands an engine, and what an engine hands back.
 
-A profile builds an `EngineRequest` (chat turns, images, one video, sampling) without knowing
-which engine runs it; an engine answers an `EngineOutput` without knowing the profile.
+A profile (or the chat route) builds an `EngineRequest` (chat turns, images, at most one video,
+sampling) without knowing which engine runs it; an engine answers an `EngineOutput` without
+knowing who asked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Literal
 
 import numpy as np
 
 Mode = Literal["generate", "logprob"]
+Role = Literal["system", "user", "assistant"]
 
 
 @dataclass(frozen=True)
@@ -33,25 +35,43 @@ Part = TextPart | ImagePart | VideoPart
 
 
 @dataclass(frozen=True)
+class Turn:
+    role: Role
+    parts: tuple[Part, ...]
+
+
+def _content(parts: tuple[Part, ...]) -> list[dict]:
+    content: list[dict] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append({"type": "image"})
+        else:
+            content.append({"type": "video"})
+    return content
+
+
+@dataclass(frozen=True)
 class ChatPrompt:
     system: str | None
-    user: tuple[Part, ...]
+    user: tuple[Part, ...]  # the last user turn, which the model answers
+    history: tuple[Turn, ...] = ()  # turns between the system prompt and `user` (chat requests)
 
     def to_messages(self) -> list[dict]:
         """The chat-template message list (HF / OpenAI style) for this prompt."""
         messages: list[dict] = []
         if self.system is not None:
             messages.append({"role": "system", "content": [{"type": "text", "text": self.system}]})
-        content: list[dict] = []
-        for part in self.user:
-            if isinstance(part, TextPart):
-                content.append({"type": "text", "text": part.text})
-            elif isinstance(part, ImagePart):
-                content.append({"type": "image"})
-            else:
-                content.append({"type": "video"})
-        messages.append({"role": "user", "content": content})
+        for turn in self.history:
+            messages.append({"role": turn.role, "content": _content(turn.parts)})
+        messages.append({"role": "user", "content": _content(self.user)})
         return messages
+
+    def texts(self) -> list[str]:
+        """Every text part, in order (history first)."""
+        parts = [p for turn in self.history for p in turn.parts] + list(self.user)
+        return [p.text for p in parts if isinstance(p, TextPart)]
 
 
 @dataclass(frozen=True)
@@ -62,21 +82,40 @@ class Sampling:
     top_p: float = 1.0
     ignore_eos: bool = False  # benchmarks of random weights need fixed output lengths
     candidates: tuple[str, str] = ("Yes", "No")  # logprob mode: (positive, negative) answer tokens
+    # chat requests: what OpenAI's API lets a client ask for (neutral values: the engine's default)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # log-probabilities of generated tokens, with this many alternatives each
+    allowed_token_ids: tuple[int, ...] | None = None
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     @property
     def batch_key(self) -> tuple:
         """Requests with equal keys can share one decoding call."""
-        return (self.mode, self.max_tokens, self.temperature, self.top_p, self.ignore_eos, self.candidates)
+        return astuple(self)
 
 
 @dataclass
 class EngineRequest:
     chat: ChatPrompt
-    video: np.ndarray  # [T, H, W, 3] uint8, T even, H and W multiples of 28
-    images: list[np.ndarray] = field(default_factory=list)  # [H, W, 3] uint8
+    video: np.ndarray | None  # [T, H, W, 3] uint8, T even, H and W multiples of 28; chat requests may have none
+    images: list[np.ndarray] = field(default_factory=list)  # [H, W, 3] uint8, H and W multiples of 28
     sampling: Sampling = field(default_factory=Sampling)
     fps: float = 2.0  # of the frames sent; Qwen2.5-VL turns it into temporal positions
     request_id: str = ""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and its best alternatives (token text, logprob)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -91,3 +130,4 @@ class EngineOutput:
     engine_ms: float = 0.0
     queue_ms: float = 0.0  # waiting inside the engine before being scheduled, where the engine says
     started: float = 0.0  # perf_counter when the engine began this request's computation
+    token_logprobs: list[TokenLogprob] | None = None  # when Sampling.logprobs asked for them

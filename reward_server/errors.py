@@ -8,12 +8,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
 from reward_client.protocol import ErrorBody, ItemError
 from reward_server.admission import Overloaded, TooMuchForServer
 from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.decode_pool import WorkerDied
 from reward_server.decoding import InvalidBody, validation_message
-from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineRequestFailed
+from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
+from reward_server.images import ImageError, ImageTooLarge
 from reward_server.profiles import UnknownBackend, UnsupportedOption
 from reward_server.video import PathNotAllowed, VideoError, VideoTooLarge
 
@@ -48,6 +50,14 @@ class DeadlineExceeded(TimeoutError):
     pass
 
 
+class NotFound(LookupError):
+    """The request names something this server does not have (a model under /v1)."""
+
+
+class TooManyImages(BadRequest):
+    """More images in one chat request than --max-images-per-request."""
+
+
 # exception class -> (HTTP status, error type); the first match in order wins
 _CLASSES: list[tuple[type[BaseException], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
@@ -58,13 +68,18 @@ _CLASSES: list[tuple[type[BaseException], int, str]] = [
     (BodyTimeout, 408, "body_timeout"),
     (UnsupportedMediaType, 415, "unsupported_media_type"),
     (PathNotAllowed, 403, "path_not_allowed"),
+    (ImageTooLarge, 413, "image_too_large"),
+    (ImageError, 400, "invalid_image"),
     (VideoTooLarge, 413, "video_too_large"),
     (VideoError, 400, "invalid_video"),
     (WorkerDied, 400, "invalid_video"),
     (UnknownBackend, 400, "unknown_backend"),
     (AnswerWordsUnsupported, 400, "unsupported_option"),
     (UnsupportedOption, 400, "unsupported_option"),
+    (EngineInputRejected, 400, "input_rejected"),
+    (TooManyImages, 400, "too_many_images"),
     (BadRequest, 400, "bad_request"),
+    (NotFound, 404, "model_not_found"),
     (Overloaded, 503, "overloaded"),
     (NotReady, 503, "not_ready"),
     (EngineDead, 503, "engine_failed"),
@@ -82,23 +97,35 @@ def classify(exc: BaseException) -> tuple[int, ItemError]:
     return 500, ItemError(type="internal_error", message="internal server error; the server log has the details")
 
 
-def error_response(exc: BaseException) -> JSONResponse:
+OPENAI_PREFIX = "/v1/"
+
+
+def render_error(status: int, error: ItemError, path: str = "", param: str | None = None) -> dict:
+    """The error body for a route: OpenAI's shape under /v1, the server's own elsewhere."""
+    if path.startswith(OPENAI_PREFIX):
+        body = OpenAIError(message=error.message, type=openai_error_type(status), param=param, code=error.type)
+        return OpenAIErrorBody(error=body).model_dump()
+    return ErrorBody(error=error).model_dump()
+
+
+def error_response(exc: BaseException, path: str = "") -> JSONResponse:
     status, error = classify(exc)
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
     if status in (408, 411, 413):
         headers = {"Connection": "close"}  # the rest of the body is not read
-    return JSONResponse(ErrorBody(error=error).model_dump(), status_code=status, headers=headers)
+    param = getattr(exc, "param", None)
+    return JSONResponse(render_error(status, error, path, param), status_code=status, headers=headers)
 
 
 def install_handlers(app: FastAPI) -> None:
-    async def handle(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc)
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc, request.url.path)
 
-    async def handle_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def handle_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         # routes read their bodies themselves (decoding.py); this covers anything FastAPI validates
-        return error_response(InvalidBody(validation_message(exc.errors())))
+        return error_response(InvalidBody(validation_message(exc.errors())), request.url.path)
 
     app.add_exception_handler(RequestValidationError, handle_validation)
     for cls, _, _ in _CLASSES:

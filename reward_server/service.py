@@ -41,6 +41,7 @@ from reward_server.decoding import (
     prepare_raw,
     validation_message,
 )
+from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
 from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
 from reward_server.metrics import Metrics
@@ -201,7 +202,7 @@ class ScoringService:
     async def score_json(self, reader: BodyReader, started: float) -> ScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
-        source = await self._parse(parse_score_json, body)
+        source = await self.parse_body(parse_score_json, body)
         if isinstance(source, Exception):
             raise source
         frames = _timed(lambda: self.preparer.frames(source), received)
@@ -218,7 +219,7 @@ class ScoringService:
     async def score_batch_json(self, reader: BodyReader, started: float) -> BatchScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
-        sources = await self._parse(parse_batch_json, body)
+        sources = await self.parse_body(parse_batch_json, body)
         work = [
             (s.options, _timed(partial(self.preparer.frames, s), received)) if isinstance(s, Source) else s
             for s in sources
@@ -260,15 +261,35 @@ class ScoringService:
 
     # --- the flow of one episode --------------------------------------------------------------
 
-    async def _parse(self, fn, body: memoryview):
+    async def parse_body(self, fn, body: memoryview):
         """A JSON document is parsed in one piece: small ones in a thread (microseconds of GIL),
         large ones in a decode worker, where seconds of parsing cannot stall the engine."""
         if len(body) <= SMALL_BODY_BYTES:
             return await asyncio.to_thread(fn, bytes(body))
         return await self.pool.run(fn, bytes(body))
 
+    async def run_engine(self, prepare: Callable[[], Awaitable[EngineRequest]], started: float) -> EngineOutput:
+        """One engine request under the server's admission and deadline (the path the chat dialect
+        shares with scoring): `prepare` decodes its media and builds it; cancelling aborts it."""
+        self.admission.take_episodes(1)
+        try:
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started)):
+                request = await prepare()
+                request.request_id = uuid.uuid4().hex
+                output = await self.engine.generate(request)
+        except DeadlineExceeded:
+            raise
+        except TimeoutError:
+            raise self._timeout() from None
+        finally:
+            self.admission.give_episodes(1)
+        self.metrics.latency.observe(time.perf_counter() - started)
+        self.metrics.engine_latency.observe(output.engine_ms / 1000)
+        return output
+
     def _timeout(self) -> DeadlineExceeded:
-        return DeadlineExceeded(f"scoring took longer than {self.settings.request_timeout_s:g} s (--request-timeout-s)")
+        limit = self.settings.request_timeout_s
+        return DeadlineExceeded(f"the answer took longer than {limit:g} s (--request-timeout-s)")
 
     async def _score_many(self, work: list, started: float) -> BatchScoreResponse:
         """Score (options, frames awaitable) pairs together; a failed item is answered in its place."""

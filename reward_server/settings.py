@@ -85,6 +85,15 @@ class ServerSettings(BaseModel):
         default_factory=lambda: [tempfile.gettempdir()],
         description="directories video_path may point into (repeat the flag for several)",
     )
+    served_model_name: str | None = Field(
+        None,
+        max_length=1024,
+        description="the model name /v1 lists and answers to; default: the last part of --model-path "
+        "(as RLinf's API reward worker derives it), or the backend for the embedded checkpoint",
+    )
+    max_images_per_request: int = Field(
+        16, ge=1, le=256, description="/v1/chat/completions: images one request may carry (400 above)"
+    )
     api_key: str | None = Field(None, description="require 'Authorization: Bearer KEY' on every route but /health")
     shutdown_timeout_s: float = Field(60.0, ge=0, description="on SIGTERM: how long in-flight work may finish")
     warmup: bool | None = Field(
@@ -108,6 +117,13 @@ class ServerSettings(BaseModel):
 
     def effective_warmup(self) -> bool:
         return self.warmup if self.warmup is not None else self.engine != "fake"
+
+    def effective_served_model_name(self) -> str:
+        if self.served_model_name:
+            return self.served_model_name
+        if self.model_path:
+            return Path(self.model_path.rstrip("/")).name or self.model_path
+        return self.backend
 
     def effective_batch_wait_ms(self) -> float:
         # a transformers forward pass takes the batch it is given: let concurrent arrivals gather

@@ -22,16 +22,20 @@ Generated from the server's OpenAPI schema by `scripts/gen_api_docs.py`; do not 
 The schema itself is served at `GET /openapi.json` (and browsable at `/docs`). The models live in
 `reward_client/protocol.py`, shared by the server and the client.
 
-Errors always have the shape `{"error": {"type": ..., "message": ...}}`:
+Errors have the shape `{"error": {"type": ..., "message": ...}}`; under `/v1` (OpenAI's chat
+dialect, models in `reward_client/openai_chat.py`) they have OpenAI's shape, `{"error":
+{"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type above
+and `param` the request field at fault:
 
 | status | when |
 |---|---|
-| 400 | the video cannot be used (not a container the server reads, not a regular file, undecodable), unknown backend, an option the backend or this deployment does not support, `max_tokens` over `--max-tokens-limit` |
+| 400 | the video cannot be used (not a container the server reads, not a regular file, undecodable), unknown backend, an option the backend or this deployment does not support, `max_tokens` over `--max-tokens-limit`; under `/v1`: an image that cannot be used (not a JPEG, PNG or WebP data URL or file under `--video-root`; http(s) URLs are never fetched), more images than `--max-images-per-request`, `stream: true`, `n` other than 1 |
 | 401 | `--api-key` is set and the request has no or a wrong `Authorization: Bearer` header |
 | 403 | `video_path` outside the server's `--video-root` directories |
+| 404 | under `/v1`: `model` names a model this server does not serve (`GET /v1/models` lists it) |
 | 408 | the body stalled for `--body-timeout-s` (or the request head for `--header-timeout-s`) |
 | 411 | a raw batch body without `Content-Length` |
-| 413 | body larger than `--max-body-mb` or than `--max-inflight-mb` allows at all; a video over a decode budget (`--max-video-frames`, `--max-frame-pixels`, `--decode-timeout-s`, `--decode-memory-mb`); more episodes than `--max-queue` in one request |
+| 413 | body larger than `--max-body-mb` or than `--max-inflight-mb` allows at all; a video or image over a decode budget (`--max-video-frames`, `--max-frame-pixels`, checked from the header before decoding, `--decode-timeout-s`, `--decode-memory-mb`); more episodes than `--max-queue` in one request |
 | 415 | content type other than `application/json` (or `application/x-reward-batch` on `/score/batch`) |
 | 422 | malformed JSON, raw batch or a field that fails validation (the message names it) |
 | 431 | request head larger than `--max-header-kb` |

@@ -25,6 +25,11 @@ class EngineRequestFailed(RuntimeError):
     client may send it again."""
 
 
+class EngineInputRejected(ValueError):
+    """The engine refused one request's input as sent (a prompt longer than the model's context,
+    a token id outside the vocabulary): the client must change it."""
+
+
 class AnswerWordsUnsupported(ValueError):
     """The checkpoint's tokenizer cannot answer logprob questions (an answer word is several tokens)."""
 
@@ -47,6 +52,7 @@ class EngineConfig:
     max_batch_size: int = 64  # micro-batching engines: requests per forward pass
     batch_wait_ms: float = 10.0  # micro-batching engines: how long a batch waits to fill
     seed: int = 0
+    max_images: int = 16  # images one request may carry (chat requests; PRIMO-R1 sends 2)
     options: dict[str, Any] = field(default_factory=dict)  # engine-specific (the fake engine's script)
 
 
@@ -94,8 +100,25 @@ class EngineStats:
         return out
 
 
+# Sampling options beyond temperature / top_p / max_tokens that a chat request may set (engine_io.Sampling)
+SAMPLING_OPTIONS = frozenset(
+    {
+        "seed",
+        "stop",
+        "logprobs",
+        "allowed_token_ids",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+    }
+)
+
+
 class Engine(ABC):
     name: str
+    sampling_options: frozenset[str] = SAMPLING_OPTIONS  # those this engine honours (others are refused)
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -151,6 +174,10 @@ class Engine(ABC):
                 f"score_mode logprob reads one next token, but this checkpoint's tokenizer splits the answer "
                 f"words ({detail}); use score_mode auto/percentage/unit with this model"
             )
+
+    def vocab_size(self) -> int | None:
+        """Token ids run from 0 to this (exclusive), after start; None if unknown."""
+        return None
 
     @abstractmethod
     async def check_health(self) -> None:

@@ -8,7 +8,8 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
 - `delay_ms` (default 0): time per request; `token_ms` (default 0): time per generated token,
   so a request for `max_tokens` takes `delay_ms + max_tokens * token_ms`.
 - `answer` (default "{score}"): the text answered; `{score}` is the mean brightness of the last
-  frame on a 0-100 scale, so brighter final frames score higher (tests can steer the score).
+  frame (or, with no video, the last image) on a 0-100 scale, so brighter final frames score
+  higher (tests can steer the score). Prompt tokens: 10 per frame or image plus the words.
 - `fail_on` (default ""): a task-text fragment that makes the engine raise (an engine error);
   `refuse_on`: one that fails just that request as retryable (EngineRequestFailed, as vLLM's
   request-level errors end); `die_on`: one that kills the engine (EngineDead).
@@ -21,7 +22,7 @@ import asyncio
 import math
 import time
 
-from reward_server.engine_io import EngineOutput, EngineRequest, TextPart
+from reward_server.engine_io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
 
 
@@ -62,7 +63,7 @@ class FakeEngine(Engine):
         if self.dead:
             raise EngineDead(self.dead)
         self.seen.append(request)
-        text = " ".join(p.text for p in request.chat.user if isinstance(p, TextPart))
+        text = " ".join(request.chat.texts())
         started = time.perf_counter()
         await asyncio.sleep(self.delay_s)
         if self.die_on and self.die_on in text:
@@ -79,10 +80,13 @@ class FakeEngine(Engine):
                 await asyncio.sleep(self.token_s)
                 tokens += 1
                 self.tokens_generated += 1
-        brightness = float(request.video[-1].mean()) / 255 if request.video.size else 0.0
+        # the last picture the model sees: the video's last frame, else the last image
+        last = request.video[-1] if request.video is not None else (request.images[-1] if request.images else None)
+        brightness = float(last.mean()) / 255 if last is not None and last.size else 0.0
+        frames = (0 if request.video is None else request.video.shape[0]) + len(request.images)
         out = EngineOutput(
             prompt=text,
-            prompt_tokens=int(request.video.shape[0] * 10 + len(text.split())),
+            prompt_tokens=int(frames * 10 + len(text.split())),
             output_tokens=tokens or 1,
             finish_reason="length" if tokens else "stop",
             engine_ms=(time.perf_counter() - started) * 1000,
@@ -93,7 +97,14 @@ class FakeEngine(Engine):
             out.output_tokens = 0
         else:
             out.text = self.answer.format(score=round(brightness * 100))
+            if s.logprobs is not None:
+                out.token_logprobs = [
+                    TokenLogprob(out.text, -0.5, tuple((f"alt{i}", -1.0 - i) for i in range(s.logprobs)))
+                ]
         return out
+
+    def vocab_size(self) -> int | None:
+        return 1000
 
     async def check_health(self) -> None:
         if not self.started:

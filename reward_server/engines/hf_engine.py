@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_server.engine_io import EngineOutput, EngineRequest
-from reward_server.engines.base import Engine, EngineConfig, EngineDead
+from reward_server.engine_io import EngineOutput, EngineRequest, Sampling, TokenLogprob
+from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead
 from reward_server.prompting import load_processor, render
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class _Pending:
 
 class HFEngine(Engine):
     name = "hf"
+    # transformers' generate has no presence / frequency penalty
+    sampling_options = SAMPLING_OPTIONS - {"presence_penalty", "frequency_penalty"}
 
     def __init__(self, config: EngineConfig):
         super().__init__(config)
@@ -141,14 +144,17 @@ class HFEngine(Engine):
         """The processor's padded batch for requests of one decoding setting, and their prompts."""
         prompts = [render(self._processor, r.chat) for r in requests]
         images = [img for r in requests for img in r.images]
+        videos = [r.video for r in requests if r.video is not None]
+        extra: dict[str, Any] = {}
+        if videos:
+            extra = {"videos": videos, "videos_kwargs": {"fps": requests[0].fps, "do_sample_frames": False}}
         inputs = self._processor(
             text=prompts,
             images=images or None,
-            videos=[r.video for r in requests],
-            videos_kwargs={"fps": requests[0].fps, "do_sample_frames": False},
             padding=True,
             padding_side="left",
             return_tensors="pt",
+            **extra,
         )
         return inputs.to(self._device), prompts
 
@@ -179,27 +185,56 @@ class HFEngine(Engine):
                     out.logprob_positive, out.logprob_negative = lp_pos, lp_neg
                     out.output_tokens = 0
             else:
-                generated = self._model.generate(
-                    **inputs,
-                    max_new_tokens=s.max_tokens,
-                    do_sample=s.temperature > 0,
-                    temperature=s.temperature if s.temperature > 0 else None,
-                    top_p=s.top_p if s.temperature > 0 else None,
-                    top_k=None,
-                    min_new_tokens=s.max_tokens if s.ignore_eos else None,
-                    stopping_criteria=[stop] if stop is not None else None,
-                )
-                new_tokens = generated[:, inputs["input_ids"].shape[1] :]
-                eos = self._model.generation_config.eos_token_id
-                eos_ids = set(eos if isinstance(eos, list) else [eos])
-                pad = self._processor.tokenizer.pad_token_id
-                for out, tokens in zip(outputs, new_tokens.tolist(), strict=True):
-                    kept = [t for t in tokens if t != pad]
-                    stopped = bool(kept) and kept[-1] in eos_ids
-                    out.output_tokens = len(kept)
-                    out.finish_reason = "stop" if stopped else "length"
-                    out.text = self._processor.tokenizer.decode(kept, skip_special_tokens=True)
+                self._generate_text(inputs, outputs, s, stop)
         return outputs
+
+    def _generate_text(self, inputs: Any, outputs: list[EngineOutput], s: Sampling, stop: Any) -> None:
+        import torch
+
+        tokenizer = self._processor.tokenizer
+        sample = s.temperature > 0
+        if s.seed is not None:
+            torch.manual_seed(s.seed)  # the group shares its sampling settings, the seed included
+        processors = [_AllowOnly(s.allowed_token_ids)] if s.allowed_token_ids is not None else None
+        generated = self._model.generate(
+            **inputs,
+            max_new_tokens=s.max_tokens,
+            do_sample=sample,
+            temperature=s.temperature if sample else None,
+            top_p=s.top_p if sample else None,
+            top_k=s.top_k if sample and s.top_k > 0 else None,
+            min_p=s.min_p if sample and s.min_p > 0 else None,
+            repetition_penalty=s.repetition_penalty if s.repetition_penalty != 1.0 else None,
+            min_new_tokens=s.max_tokens if s.ignore_eos else None,
+            stop_strings=list(s.stop) or None,
+            tokenizer=tokenizer if s.stop else None,
+            logits_processor=processors,
+            stopping_criteria=[stop] if stop is not None else None,
+            return_dict_in_generate=True,
+            output_scores=s.logprobs is not None,
+        )
+        new_tokens = generated.sequences[:, inputs["input_ids"].shape[1] :]
+        eos = self._model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        pad = tokenizer.pad_token_id
+        rows = new_tokens.tolist()
+        logprobs = None
+        if s.logprobs is not None:
+            logprobs = _token_logprobs(generated.scores, rows, pad, s.logprobs, tokenizer)
+        for row, (out, tokens) in enumerate(zip(outputs, rows, strict=True)):
+            kept = [t for t in tokens if t != pad]
+            stopped = bool(kept) and kept[-1] in eos_ids
+            out.output_tokens = len(kept)
+            out.finish_reason = "stop" if stopped else "length"
+            out.text = tokenizer.decode(kept, skip_special_tokens=True)
+            cut = min((i for i in (out.text.find(x) for x in s.stop) if i >= 0), default=-1)
+            if cut >= 0:  # as vLLM: the stop string ends the text and is not part of it
+                out.text, out.finish_reason = out.text[:cut], "stop"
+            if logprobs is not None:
+                out.token_logprobs = logprobs[row]
+
+    def vocab_size(self) -> int | None:
+        return len(self._processor.tokenizer) if self._processor is not None else None
 
     async def check_health(self) -> None:
         if self._model is None:
@@ -218,6 +253,41 @@ class HFEngine(Engine):
                 pending.future.set_exception(EngineDead("the server is shutting down"))
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._model = None
+
+
+class _AllowOnly:
+    """A logits processor: every token outside `allowed` gets no probability."""
+
+    def __init__(self, allowed: tuple[int, ...]):
+        self.allowed = list(allowed)
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        mask = torch.full_like(scores, -math.inf)
+        mask[:, self.allowed] = 0
+        return scores + mask
+
+
+def _token_logprobs(scores: tuple, rows: list[list[int]], pad: int | None, top_n: int, tokenizer: Any) -> list:
+    """Per row, the generated tokens' log-probabilities (after the sampling processors, as vLLM's
+    processed logprobs) with the top_n alternatives; pad positions after a row ended are skipped."""
+    out: list[list[TokenLogprob]] = [[] for _ in rows]
+    for step, logits in enumerate(scores):
+        lp = logits.float().log_softmax(-1)
+        top = lp.topk(top_n, dim=-1) if top_n > 0 else None
+        for row, tokens in enumerate(rows):
+            token = tokens[step]
+            if token == pad:
+                continue
+            alts = ()
+            if top is not None:
+                alts = tuple(
+                    (tokenizer.decode([i]), v)
+                    for i, v in zip(top.indices[row].tolist(), top.values[row].tolist(), strict=True)
+                )
+            out[row].append(TokenLogprob(tokenizer.decode([token]), float(lp[row, token]), alts))
+    return out
 
 
 class _StopCancelled:

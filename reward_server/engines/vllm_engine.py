@@ -30,8 +30,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from reward_server.engine_io import EngineOutput, EngineRequest
-from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
+from reward_server.engine_io import EngineOutput, EngineRequest, TokenLogprob
+from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineInputRejected, EngineRequestFailed
 from reward_server.engines.vllm_options import check_supported
 from reward_server.prompting import load_processor, render, video_metadata
 
@@ -108,6 +108,22 @@ def preprocess_threads(config: EngineConfig) -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
+def _token_logprobs(completion: Any, top_n: int) -> list[TokenLogprob]:
+    """OpenAI-style logprobs from vLLM's per-position {token_id: Logprob} (sampled token + top_n)."""
+    out = []
+    for token_id, position in zip(completion.token_ids, completion.logprobs or [], strict=False):
+        chosen = position.get(token_id)
+        ranked = sorted((lp for lp in position.values() if lp.rank is not None), key=lambda lp: lp.rank)[:top_n]
+        out.append(
+            TokenLogprob(
+                token=(chosen.decoded_token or "") if chosen else "",
+                logprob=chosen.logprob if chosen else -math.inf,
+                top=tuple((lp.decoded_token or "", lp.logprob) for lp in ranked),
+            )
+        )
+    return out
+
+
 class VllmEngine(Engine):
     name = "vllm"
 
@@ -135,7 +151,7 @@ class VllmEngine(Engine):
             data_parallel_size=c.data_parallel_size,
             gpu_memory_utilization=c.gpu_memory_utilization or tuned["gpu_memory_utilization"],
             max_num_seqs=c.max_num_seqs,
-            limit_mm_per_prompt={"image": 2, "video": 1},
+            limit_mm_per_prompt={"image": max(2, c.max_images), "video": 1},
             # Logprob scoring restricts the next token to the two answer words and reads their
             # log-probabilities after that restriction: exactly P(yes) vs P(no), one prefill.
             logprobs_mode="processed_logprobs",
@@ -191,21 +207,38 @@ class VllmEngine(Engine):
         if s.mode == "logprob":
             ids = [self.answer_token_ids(word)[0] for word in s.candidates]
             return SamplingParams(max_tokens=1, temperature=0.0, allowed_token_ids=ids, logprobs=len(ids))
+        seed = s.seed if s.seed is not None else (self.config.seed if s.temperature > 0 else None)
         return SamplingParams(
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
             ignore_eos=s.ignore_eos,
-            seed=self.config.seed if s.temperature > 0 else None,
+            seed=seed,
+            stop=list(s.stop) or None,
+            logprobs=s.logprobs,
+            allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
+            top_k=max(0, s.top_k),  # 0: off
+            min_p=s.min_p,
+            repetition_penalty=s.repetition_penalty,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
         )
 
     def prepare(self, request: EngineRequest) -> tuple[dict, Any]:
         """The vLLM prompt dict and sampling params for one request (no model call)."""
         prompt = render(self._processor, request.chat)
-        mm: dict[str, Any] = {"video": [(request.video, video_metadata(len(request.video), request.fps))]}
+        mm: dict[str, Any] = {}
+        if request.video is not None:
+            mm["video"] = [(request.video, video_metadata(len(request.video), request.fps))]
         if request.images:
             mm["image"] = list(request.images)
-        return {"prompt": prompt, "multi_modal_data": mm}, self._sampling_params(request)
+        inputs: dict[str, Any] = {"prompt": prompt}
+        if mm:
+            inputs["multi_modal_data"] = mm
+        return inputs, self._sampling_params(request)
+
+    def vocab_size(self) -> int | None:
+        return len(self._processor.tokenizer) if self._processor is not None else None
 
     def _process(self, request_id: str, inputs: dict, params: Any) -> Any:
         """vLLM's input processing for one request, in a pool thread (an EngineCoreRequest)."""
@@ -217,6 +250,8 @@ class VllmEngine(Engine):
                 raise
             with self._serial:
                 return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
+        except ValueError as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
+            raise EngineInputRejected(f"the engine refused this input: {exc}") from None
 
     async def _submit(self, request_id: str, inputs: dict, params: Any) -> Any:
         """One submission to AsyncLLM; its last output."""
@@ -231,6 +266,8 @@ class VllmEngine(Engine):
         except Exception as exc:
             if self._llm.errored:
                 raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
+            if isinstance(exc, ValueError):  # input validation, when it runs inside AsyncLLM
+                raise EngineInputRejected(f"the engine refused this input: {exc}") from None
             raise
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
@@ -265,6 +302,8 @@ class VllmEngine(Engine):
         metrics = getattr(final, "metrics", None)  # engine-core timestamps, when vLLM logs stats
         if metrics is not None and getattr(metrics, "scheduled_ts", 0) and getattr(metrics, "queued_ts", 0):
             result.queue_ms = max(0.0, (metrics.scheduled_ts - metrics.queued_ts) * 1000)
+        if request.sampling.mode == "generate" and request.sampling.logprobs is not None:
+            result.token_logprobs = _token_logprobs(completion, request.sampling.logprobs)
         if request.sampling.mode == "logprob":
             top = completion.logprobs[0] if completion.logprobs else {}
             pos, neg = (self.answer_token_ids(w)[0] for w in request.sampling.candidates)

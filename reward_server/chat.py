@@ -1,0 +1,305 @@
+"""OpenAI's chat dialect (`POST /v1/chat/completions`, `GET /v1/models`) over the scoring service.
+
+A thin layer: the body is read, admitted and parsed as /score bodies are, the request's images
+and video are decoded in the same decode workers within the same budgets, and the engine request
+goes through the service's admission and deadline (`ScoringService.run_engine`) to the same
+engine, where it is batched with scoring requests. What differs is only the protocol: the
+prompt is the client's own chat (no scoring profile's prompt or parser), and the answer is the
+model's text in OpenAI's shape. Streaming is not built: `stream: true` is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reward_client.openai_chat import (
+    UNSUPPORTED_FIELDS,
+    ChatChoice,
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    ChoiceLogprobs,
+    ImageContent,
+    ModelCard,
+    ModelList,
+    TextContent,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
+from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES
+from reward_server.body import BodyReader
+from reward_server.decoding import parse_chat_json
+from reward_server.engine_io import (
+    ChatPrompt,
+    EngineOutput,
+    EngineRequest,
+    ImagePart,
+    Part,
+    Sampling,
+    TextPart,
+    Turn,
+    VideoPart,
+)
+from reward_server.errors import BadRequest, NotFound, TooManyImages
+from reward_server.images import MediaRef, decode_chat_media
+from reward_server.profiles import UnsupportedOption
+from reward_server.service import ScoringService
+
+logger = logging.getLogger(__name__)
+
+OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (and the server set none)
+MIN_LOGPROB = -9999.0  # JSON has no -inf; OpenAI-compatible servers report this floor instead
+
+
+def _bad(message: str, param: str) -> BadRequest:
+    exc = BadRequest(message)
+    exc.param = param  # type: ignore[attr-defined]
+    return exc
+
+
+def _with_param(exc: Exception, param: str) -> Exception:
+    exc.param = param  # type: ignore[attr-defined]
+    return exc
+
+
+@dataclass
+class _Prompt:
+    """A chat request's messages as the engine wants them, and the media still to decode."""
+
+    system: list[str] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    media: list[MediaRef] = field(default_factory=list)
+    images: int = 0
+    videos: int = 0
+
+
+class ChatCompletions:
+    def __init__(self, service: ScoringService):
+        self.service = service
+        settings = service.settings
+        self.model_name = settings.effective_served_model_name()
+        self.answers_to = {self.model_name, *([settings.model_path] if settings.model_path else [])}
+        self.created = int(time.time())
+
+    # --- routes -------------------------------------------------------------------------------
+
+    def models(self) -> ModelList:
+        self.service.require_ready()  # a client waiting for /v1/models waits for the engine
+        return ModelList(data=[ModelCard(id=self.model_name, created=self.created)])
+
+    async def complete(self, reader: BodyReader, started: float) -> ChatCompletionResponse:
+        body = await reader.read_all()
+        req: ChatCompletionRequest = await self.service.parse_body(parse_chat_json, body)
+        sampling = self.sampling(req)
+        prompt = self.prompt(req.messages)
+
+        async def prepare() -> EngineRequest:
+            return await self._engine_request(prompt, sampling)
+
+        output = await self.service.run_engine(prepare, started)
+        return self.response(output, sampling)
+
+    # --- request -> engine request ------------------------------------------------------------
+
+    def _check_protocol(self, req: ChatCompletionRequest) -> None:
+        if req.stream:
+            raise _bad("streaming (stream: true) is not built in this server; send stream: false or omit it", "stream")
+        if req.n is not None and req.n != 1:
+            raise _bad(f"n={req.n}: this server answers one choice per request; send n requests instead", "n")
+        if req.model is not None and req.model not in self.answers_to:
+            raise _with_param(
+                NotFound(f"model {req.model!r} is not served here; this server serves {self.model_name!r}"), "model"
+            )
+        fmt = (req.response_format or {}).get("type", "text")
+        if fmt != "text":
+            raise _bad(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
+        for name, what in UNSUPPORTED_FIELDS.items():
+            value = (req.model_extra or {}).get(name)
+            neutral = not value or value in ("none", "auto") or (name == "best_of" and value == 1)
+            if not neutral:
+                raise _bad(f"{name}: {what} is not supported by this server", name)
+
+    def sampling(self, req: ChatCompletionRequest) -> Sampling:
+        self._check_protocol(req)
+        settings = self.service.settings
+        engine = self.service.engine
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+        if max_tokens is None:
+            max_tokens = settings.max_tokens or self.service.profile.sampling_defaults.max_tokens
+        if max_tokens > settings.max_tokens_limit:
+            raise _with_param(
+                UnsupportedOption(
+                    f"{param} {max_tokens} exceeds this server's limit of {settings.max_tokens_limit} "
+                    "(--max-tokens-limit)"
+                ),
+                param,
+            )
+        if req.top_logprobs is not None and not req.logprobs:
+            raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+        ids = tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
+        vocab = engine.vocab_size()
+        if ids is not None and vocab is not None and max(ids) >= vocab:
+            raise _bad(f"token id {max(ids)} is outside the vocabulary (0..{vocab - 1})", "allowed_token_ids")
+        asked = {
+            "seed": req.seed is not None,
+            "stop": bool(req.stop_list()),
+            "logprobs": bool(req.logprobs),
+            "allowed_token_ids": ids is not None,
+            "top_k": req.top_k not in (None, 0, -1),
+            "min_p": bool(req.min_p),
+            "repetition_penalty": req.repetition_penalty not in (None, 1.0),
+            "presence_penalty": bool(req.presence_penalty),
+            "frequency_penalty": bool(req.frequency_penalty),
+        }
+        for name, used in asked.items():
+            if used and name not in engine.sampling_options:
+                raise _with_param(
+                    UnsupportedOption(
+                        f"{name} is not supported by the {engine.name} engine; start the server with --engine vllm"
+                    ),
+                    name,
+                )
+        if req.temperature is not None:
+            temperature = req.temperature
+        else:
+            temperature = OPENAI_TEMPERATURE if settings.temperature is None else settings.temperature
+        return Sampling(
+            mode="generate",
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=req.top_p or settings.top_p or 1.0,
+            seed=req.seed,
+            stop=req.stop_list(),
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            allowed_token_ids=ids,
+            top_k=max(0, req.top_k or 0),
+            min_p=req.min_p or 0.0,
+            repetition_penalty=req.repetition_penalty or 1.0,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+        )
+
+    def prompt(self, messages: list[ChatMessage]) -> _Prompt:
+        """Leading system (and developer) turns become the system prompt; the last turn must be the
+        user's (the model answers it); every image and video is collected for decoding."""
+        out = _Prompt()
+        if messages[-1].role != "user":
+            raise _bad(
+                f"the last message must be a user turn (got {messages[-1].role!r}); this server answers the user",
+                f"messages[{len(messages) - 1}].role",
+            )
+        leading = True
+        for i, message in enumerate(messages):
+            role = "system" if message.role == "developer" else message.role
+            parts = self._parts(message, i, out)
+            if leading and role == "system":
+                if any(not isinstance(p, TextPart) for p in parts):
+                    raise _bad("a system message can hold only text", f"messages[{i}].content")
+                out.system.append("".join(p.text for p in parts if isinstance(p, TextPart)))
+                continue
+            leading = False
+            out.turns.append(Turn(role, tuple(parts)))
+        limit = self.service.settings.max_images_per_request
+        if out.images > limit:
+            raise _with_param(
+                TooManyImages(
+                    f"{out.images} images in one request; this server takes at most {limit} (--max-images-per-request)"
+                ),
+                "messages",
+            )
+        if out.videos > 1:
+            raise _bad(f"{out.videos} videos in one request; send at most one video_url", "messages")
+        return out
+
+    def _parts(self, message: ChatMessage, i: int, out: _Prompt) -> list[Part]:
+        if isinstance(message.content, str):
+            return [TextPart(message.content)]
+        parts: list[Part] = []
+        for j, item in enumerate(message.content):
+            where = f"messages[{i}].content[{j}]"
+            if isinstance(item, TextContent):
+                parts.append(TextPart(item.text))
+            elif isinstance(item, ImageContent):
+                parts.append(ImagePart(out.images))
+                out.images += 1
+                out.media.append(MediaRef("image", item.image_url.url, f"{where}.image_url.url"))
+            else:
+                parts.append(VideoPart())
+                out.videos += 1
+                out.media.append(MediaRef("video", item.video_url.url, f"{where}.video_url.url"))
+        return parts
+
+    async def _engine_request(self, prompt: _Prompt, sampling: Sampling) -> EngineRequest:
+        service = self.service
+        decoded: list[np.ndarray] = []
+        if prompt.media:
+            preparer = service.preparer
+            decoded = await service.pool.run(
+                decode_chat_media,
+                prompt.media,
+                preparer.roots,
+                preparer.limits,
+                preparer.spec,
+                DEFAULT_NFRAMES,
+                DEFAULT_MAX_PIXELS,
+            )
+        images = [m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "image"]
+        video = next((m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "video"), None)
+        last = prompt.turns[-1]
+        chat = ChatPrompt(
+            system="\n\n".join(prompt.system) if prompt.system else None,
+            user=last.parts,
+            history=tuple(prompt.turns[:-1]),
+        )
+        return EngineRequest(chat=chat, video=video, images=images, sampling=sampling, fps=service.profile.fps)
+
+    # --- engine output -> answer --------------------------------------------------------------
+
+    def response(self, output: EngineOutput, sampling: Sampling) -> ChatCompletionResponse:
+        logprobs = None
+        if output.token_logprobs is not None:
+            logprobs = ChoiceLogprobs(
+                content=[
+                    TokenLogprob(
+                        token=t.token,
+                        logprob=_finite(t.logprob),
+                        bytes=list(t.token.encode()),
+                        top_logprobs=[
+                            TopLogprob(token=tok, logprob=_finite(lp), bytes=list(tok.encode())) for tok, lp in t.top
+                        ],
+                    )
+                    for t in output.token_logprobs
+                ]
+            )
+        prompt_tokens = output.prompt_tokens or 0
+        completion_tokens = output.output_tokens or 0
+        return ChatCompletionResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self.model_name,
+            choices=[
+                ChatChoice(
+                    message=ChatCompletionMessage(content=output.text),
+                    finish_reason="length" if output.finish_reason == "length" else "stop",
+                    logprobs=logprobs,
+                )
+            ],
+            usage=Usage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=prompt_tokens + completion_tokens,
+            ),
+        )
+
+
+def _finite(logprob: float) -> float:
+    return max(MIN_LOGPROB, logprob) if not math.isnan(logprob) else MIN_LOGPROB

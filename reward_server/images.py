@@ -1,0 +1,200 @@
+"""Images and videos of chat requests (`image_url`, `video_url`), in a decode worker, within budgets.
+
+A chat request names its media by URL. What is read, and how:
+- `data:` URLs, base64 only: images in JPEG, PNG or WebP (the format is taken from the bytes,
+  never from the declared MIME type), videos in the containers video.py reads (MP4 first).
+- `file://` URLs: only under the server's `--video-root` directories, opened as video.py opens
+  a `video_path` (symlinks resolved, regular files only, the descriptor checked again).
+- http(s) and every other scheme are refused: the server fetches nothing on a client's behalf.
+
+An image's size is read from its header and checked against `--max-frame-pixels` before any
+pixel is decoded (a 60000 x 60000 PNG of a few kilobytes is refused at once); the worker's
+memory budget stands behind that. Decoded images are resized onto the model's pixel
+grid here (the multiple-of-28 sizes Qwen2.5-VL's processor would pick), so the engine gets
+arrays it can use as they are and no processor error can come from an odd size.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import BinaryIO, Literal
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+from reward_client.frames import FrameError, FrameSpec
+from reward_server.video import (
+    DecodeLimits,
+    VideoError,
+    VideoTooLarge,
+    decode_frames,
+    fit_frames,
+    open_confined,
+)
+
+IMAGE_FORMATS = "JPEG, PNG, WebP"
+
+
+class ImageError(VideoError):
+    """An image (or a chat request's video) that cannot be used; `param` names the request field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+    def __reduce__(self):  # keep `param` across the decode worker's pipe
+        return (type(self), (str(self), self.param))
+
+
+class ImageTooLarge(ImageError, VideoTooLarge):
+    """An image beyond the pixel budget, or one whose decoding ran out of the worker's budget."""
+
+
+MediaKind = Literal["image", "video"]
+
+
+@dataclass(frozen=True)
+class MediaRef:
+    """One image_url / video_url of a chat request, and where it sits in the request (for errors)."""
+
+    kind: MediaKind
+    url: str
+    param: str
+
+
+def _sniff_image(head: bytes) -> str | None:
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def _from_data_url(ref: MediaRef) -> bytes:
+    head, sep, data = ref.url[5:].partition(",")
+    if not sep:
+        raise ImageError("malformed data URL: no ',' between its header and its data", ref.param)
+    params = [p.strip().lower() for p in head.split(";")]
+    if "base64" not in params[1:]:
+        raise ImageError(f"data URLs must be base64-encoded (data:{params[0] or 'image/jpeg'};base64,...)", ref.param)
+    mime = params[0]
+    if ref.kind == "image" and mime and not mime.startswith("image/"):
+        raise ImageError(f"an image_url data URL must hold an image, not {mime!r}", ref.param)
+    if ref.kind == "video" and mime and not mime.startswith("video/"):
+        raise ImageError(f"a video_url data URL must hold a video, not {mime!r}", ref.param)
+    import pybase64
+
+    try:
+        raw = pybase64.b64decode(data, validate=True)
+    except ValueError:
+        raise ImageError("the data URL's data is not valid base64", ref.param) from None
+    if not raw:
+        raise ImageError("the data URL holds no data", ref.param)
+    return raw
+
+
+def _read(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> bytes | BinaryIO:
+    """The bytes behind a URL (data:), or an open confined file (file://)."""
+    scheme = ref.url.split(":", 1)[0].lower() if ":" in ref.url else ""
+    if scheme == "data":
+        return _from_data_url(ref)
+    if scheme == "file":
+        parts = urlsplit(ref.url)
+        if parts.netloc not in ("", "localhost"):
+            raise ImageError("file:// URLs must name a local path (file:///path)", ref.param)
+        path = unquote(parts.path)
+        try:
+            return open_confined(path, roots, limits.max_file_bytes)
+        except VideoError as exc:
+            raise _with_param(exc, ref.param, str(exc).replace("video_path", "file", 1)) from None
+    if scheme in ("http", "https"):
+        raise ImageError(
+            "this server does not fetch http(s) URLs; send the image as a data URL "
+            "(data:image/jpeg;base64,...) or a file:///path under the server's --video-root",
+            ref.param,
+        )
+    raise ImageError(
+        "unsupported URL: send a data URL (data:image/jpeg;base64,...) or a file:///path under --video-root",
+        ref.param,
+    )
+
+
+def _with_param(exc: VideoError, param: str, message: str | None = None) -> VideoError:
+    """The same kind of error (same status), naming the request field it came from."""
+    err = type(exc)(message or str(exc))
+    err.param = param  # type: ignore[attr-defined]
+    return err
+
+
+def decode_image(data: bytes | BinaryIO, limits: DecodeLimits, spec: FrameSpec, param: str = "") -> np.ndarray:
+    """RGB uint8 [H, W, 3] on the model's pixel grid, from JPEG / PNG / WebP bytes (or an open file)."""
+    handle = io.BytesIO(data) if isinstance(data, bytes) else data
+    fmt = _sniff_image(handle.read(16))
+    handle.seek(0)
+    if fmt is None:
+        raise ImageError(f"not an image format this server reads ({IMAGE_FORMATS})", param)
+    from PIL import Image
+
+    max_pixels = limits.max_frame_pixels
+    # Our check below reads the same header Pillow's would and refuses at the configured limit,
+    # before anything is decoded, with the declared size in the message; Pillow's refusal at
+    # open (at twice its own limit) would say less.
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(handle, formats=[fmt]) as im:
+                width, height = im.size  # from the header: nothing decoded yet
+                if width * height > max_pixels:
+                    raise ImageTooLarge(
+                        f"the image declares {width}x{height} pixels; the limit is {max_pixels} (--max-frame-pixels)",
+                        param,
+                    )
+                im.seek(0)  # an animated WebP / PNG: its first frame
+                rgb = np.asarray(im.convert("RGB"))
+    except ImageError:
+        raise
+    except Image.DecompressionBombError:
+        raise ImageTooLarge(f"the image has more than {max_pixels} pixels (--max-frame-pixels)", param) from None
+    except MemoryError:
+        raise ImageTooLarge("decoding this image needs more memory than the decode budget allows", param) from None
+    except (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError) as exc:
+        raise ImageError(f"the {fmt} data is not a readable image ({type(exc).__name__})", param) from None
+    try:
+        return fit_frames(rgb[None], max_pixels, spec)[0]
+    except (VideoError, FrameError) as exc:
+        raise ImageError(f"the image cannot be shown to the model: {exc}", param) from None
+
+
+def decode_chat_media(
+    refs: Sequence[MediaRef],
+    roots: Sequence[str],
+    limits: DecodeLimits,
+    spec: FrameSpec,
+    nframes: int,
+    video_max_pixels: int,
+) -> list[np.ndarray]:
+    """Every image ([H, W, 3]) and video ([T, H, W, 3]) of one chat request, in order (a decode
+    worker runs this: one task per request, within the pool's time and memory budget)."""
+    out = []
+    for ref in refs:
+        source = _read(ref, roots, limits)
+        try:
+            if ref.kind == "image":
+                out.append(decode_image(source, limits, spec, ref.param))
+            else:
+                try:
+                    out.append(fit_frames(decode_frames(source, nframes, spec, limits), video_max_pixels, spec))
+                except ImageError:
+                    raise
+                except VideoError as exc:
+                    raise _with_param(exc, ref.param) from None
+        finally:
+            if not isinstance(source, bytes):
+                source.close()
+    return out

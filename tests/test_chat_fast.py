@@ -1,0 +1,469 @@
+"""The OpenAI chat dialect on the fake engine, in process: protocol, shape, errors in OpenAI's body,
+hostile images within the decode budget, bounds, and a fuzz of the body (never a 5xx). Real HTTP,
+real app, real decode workers; the same protocol runs against vLLM and transformers in
+tests/test_chat.py."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import io
+import struct
+import time
+import zlib
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_payload, seed_score
+from tests.conftest import episode_frames
+from tests.servers import InProcessServer, get, post
+
+CHAT = "/v1/chat/completions"
+
+
+def png_bytes(img: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def data_url(raw: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(raw).decode()}"
+
+
+def image_part(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user(*parts: dict, text: str = "describe the rollout") -> dict:
+    return {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]}
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A tiny PNG whose header declares width x height (a decompression bomb's header)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = lambda kind, data: (  # noqa: E731
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
+    idat = zlib.compress(b"\x00" * 1024)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """A small real JPEG whose SOF0 header is rewritten to declare width x height."""
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(buf, format="JPEG")
+    raw = bytearray(buf.getvalue())
+    sof = raw.index(b"\xff\xc0")
+    raw[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(raw)
+
+
+def mp4_bytes(frames: np.ndarray) -> bytes:
+    from reward_client.video_io import encode_mp4
+
+    return encode_mp4(frames, fps=10)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("media")
+
+
+@pytest.fixture(scope="module")
+def server(root):
+    with InProcessServer(
+        video_roots=[str(root)],
+        engine_option=["answer=[[{score}]]"],
+        served_model_name="judge",
+        max_images_per_request=16,
+        max_tokens_limit=64,
+        max_frame_pixels=1024 * 1024,
+    ) as s:
+        yield s
+
+
+def error_of(r: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    if code is not None:
+        assert body["error"]["code"] == code, body
+    assert body["error"]["message"]
+    return body["error"]
+
+
+def test_models_lists_the_served_name(server):
+    r = get(f"{server.url}/v1/models")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "list" and [m["id"] for m in body["data"]] == ["judge"]
+    assert body["data"][0]["object"] == "model"
+
+
+def test_the_seed_workers_payload_is_answered_in_openai_shape(server):
+    frames = [frame(7, t) for t in range(7)] + [np.full((256, 256, 3), 230, np.uint8)]
+    before = len(server.engine.seen)
+    r = post(f"{server.url}{CHAT}", json=seed_payload("judge", frames))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    assert isinstance(body["created"], int) and body["model"] == "judge"
+    (choice,) = body["choices"]
+    assert choice["index"] == 0 and choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in ("stop", "length") and choice["logprobs"] is None
+    usage = body["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # the seed reads the number inside [[...]]; the fake engine answers the last image's brightness
+    assert seed_score(choice["message"]["content"]) == pytest.approx(90, abs=1)
+    (seen,) = server.engine.seen[before:]
+    assert seen.video is None and len(seen.images) == 8
+    assert all(img.shape == (252, 252, 3) for img in seen.images)  # on the model's 28-pixel grid
+    assert "[[SCORE]]" in seen.chat.texts()[0]
+    assert seen.sampling.temperature == 0.0 and seen.sampling.max_tokens == 16
+
+
+def test_more_images_give_more_prompt_tokens(server):
+    def prompt_tokens(k: int) -> int:
+        r = post(f"{server.url}{CHAT}", json=seed_payload("judge", [frame(k, t) for t in range(k)]))
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+
+    assert prompt_tokens(2) < prompt_tokens(4) < prompt_tokens(8)
+
+
+def test_png_webp_video_and_file_urls_reach_the_engine(server, root):
+    img = episode_frames(1, size=64)[0]
+    webp = io.BytesIO()
+    Image.fromarray(img).save(webp, format="WEBP")
+    (root / "frame.png").write_bytes(png_bytes(img))
+    video = episode_frames(40, size=64)  # 16 frames picked, as /score picks them
+    before = len(server.engine.seen)
+    parts = [
+        image_part(data_url(png_bytes(img), "image/png")),
+        image_part(data_url(webp.getvalue(), "image/webp")),
+        image_part(f"file://{root / 'frame.png'}"),
+        {"type": "video_url", "video_url": {"url": data_url(mp4_bytes(video), "video/mp4")}},
+    ]
+    r = post(f"{server.url}{CHAT}", json=user(*parts))
+    assert r.status_code == 200, r.text
+    (seen,) = server.engine.seen[before:]
+    assert len(seen.images) == 3 and seen.video is not None and seen.video.shape[0] == 16
+    np.testing.assert_array_equal(seen.images[0], seen.images[2])  # the same PNG, inline and from disk
+
+
+def test_system_history_and_string_content(server):
+    before = len(server.engine.seen)
+    body = {
+        "messages": [
+            {"role": "system", "content": "You judge robots."},
+            {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": [image_part(jpeg_data_url(frame(1, 0), 80)), {"type": "text", "text": "q2"}]},
+        ],
+        "max_completion_tokens": 5,
+    }
+    r = post(f"{server.url}{CHAT}", json=body)
+    assert r.status_code == 200, r.text
+    (seen,) = server.engine.seen[before:]
+    assert seen.chat.system == "You judge robots.\n\nBe brief."
+    assert [t.role for t in seen.chat.history] == ["user", "assistant"]
+    assert seen.chat.to_messages()[-1]["content"] == [{"type": "image"}, {"type": "text", "text": "q2"}]
+    assert seen.sampling.max_tokens == 5 and seen.sampling.temperature == 1.0  # OpenAI's default
+
+
+def test_rlinf_sampling_params_spread_into_the_body_reach_the_engine(server):
+    views = [[frame(3, t) for t in range(5)], [frame(4, t) for t in range(5)]]
+    sampling = {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "max_tokens": 12,
+        "seed": 11,
+        "stop": ["\n\n"],
+        "repetition_penalty": 1.05,
+        "skip_special_tokens": True,  # a vLLM extra this server does not model: ignored
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    before = len(server.engine.seen)
+    r = post(f"{server.url}{CHAT}", json=history_payload("judge", views, sampling))
+    assert r.status_code == 200, r.text
+    s = server.engine.seen[before].sampling
+    assert (s.temperature, s.top_p, s.top_k, s.max_tokens, s.seed) == (0.7, 0.9, 20, 12, 11)
+    assert s.stop == ("\n\n",) and s.repetition_penalty == 1.05 and s.logprobs == 2
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert content and len(content[0]["top_logprobs"]) == 2 and content[0]["logprob"] <= 0
+
+
+def test_rlinf_history_buffer_shape_many_concurrent_single_requests(server):
+    views = [[frame(5, t) for t in range(5)], [frame(6, t) for t in range(5)]]
+    body = history_payload("judge", views)
+
+    def one(_):
+        return post(f"{server.url}{CHAT}", json=body).status_code
+
+    with cf.ThreadPoolExecutor(32) as pool:
+        statuses = list(pool.map(one, range(32)))
+    assert statuses == [200] * 32
+    assert get(f"{server.url}/health").status_code == 200
+
+
+def test_the_official_openai_client(server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    assert [m.id for m in client.models.list()] == ["judge"]
+    out = client.chat.completions.create(
+        model="judge",
+        messages=[
+            {"role": "user", "content": [image_part(jpeg_data_url(frame(2, 0), 70)), {"type": "text", "text": "?"}]}
+        ],
+        temperature=0,
+        max_tokens=8,
+        seed=3,
+    )
+    assert out.choices[0].message.content.startswith("[[") and out.usage.prompt_tokens > 10
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="judge", messages=[{"role": "user", "content": "x"}], stream=True)
+    assert "stream" in err.value.body["message"] and err.value.body["param"] == "stream"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    assert err.value.body["code"] == "model_not_found" and "judge" in err.value.body["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "code", "param"),
+    [
+        ({"n": 2}, 400, "bad_request", "n"),
+        ({"stream": True}, 400, "bad_request", "stream"),
+        ({"model": "gpt-4o"}, 404, "model_not_found", "model"),
+        ({"max_tokens": 65}, 400, "unsupported_option", "max_tokens"),
+        ({"max_completion_tokens": 10_000}, 400, "unsupported_option", "max_completion_tokens"),
+        ({"top_logprobs": 3}, 400, "bad_request", "top_logprobs"),
+        ({"allowed_token_ids": [5, 1000]}, 400, "bad_request", "allowed_token_ids"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "bad_request", "tools"),
+        ({"response_format": {"type": "json_object"}}, 400, "bad_request", "response_format"),
+        ({"temperature": 3}, 422, "invalid_request", None),
+        ({"top_logprobs": 21, "logprobs": True}, 422, "invalid_request", None),
+        ({"stop": [""]}, 422, "invalid_request", None),
+    ],
+)
+def test_options_out_of_bounds_are_refused_in_openai_shape(server, extra, status, code, param):
+    r = post(f"{server.url}{CHAT}", json={**user(), **extra})
+    assert error_of(r, status, code)["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ({"messages": []}, 422, "messages"),
+        ({}, 422, "messages"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, 422, "role"),
+        ({"messages": [{"role": "user", "content": [{"type": "input_audio", "x": 1}]}]}, 422, "input_audio"),
+        ({"messages": [{"role": "assistant", "content": "x"}]}, 400, "last message"),
+        (
+            {"messages": [{"role": "system", "content": [image_part("data:,")]}, {"role": "user", "content": "x"}]},
+            400,
+            "only text",
+        ),
+    ],
+)
+def test_malformed_messages_are_clear_errors(server, body, status, fragment):
+    assert fragment in error_of(post(f"{server.url}{CHAT}", json=body), status)["message"]
+
+
+def test_invalid_json_and_wrong_content_type(server):
+    error_of(post(f"{server.url}{CHAT}", content=b"{not json", headers={"content-type": "application/json"}), 422)
+    error_of(post(f"{server.url}{CHAT}", content=b"x", headers={"content-type": "text/plain"}), 415)
+
+
+HOSTILE = [
+    ("http", "http://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
+    ("https", "https://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
+    ("ftp", "ftp://example.com/a.jpg", 400, "invalid_image", "unsupported URL"),
+    ("no comma", "data:image/png;base64", 400, "invalid_image", "malformed data URL"),
+    ("not base64 encoded", "data:image/png,rawbytes", 400, "invalid_image", "base64"),
+    ("bad base64", "data:image/png;base64,@@@@", 400, "invalid_image", "not valid base64"),
+    ("empty", "data:image/png;base64,", 400, "invalid_image", "no data"),
+    ("wrong mime", data_url(b"hello", "text/plain"), 400, "invalid_image", "must hold an image"),
+    ("gif", data_url(b"GIF89a" + b"\x00" * 64, "image/gif"), 400, "invalid_image", "JPEG, PNG, WebP"),
+    ("svg", data_url(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/svg+xml"), 400, "invalid_image", "JPEG"),
+    (
+        "truncated jpeg",
+        data_url(bytes.fromhex("ffd8ffe000104a464946") + b"\x00" * 40, "image/jpeg"),
+        400,
+        "invalid_image",
+        "readable",
+    ),
+    ("png bomb", data_url(png_declaring(60000, 60000), "image/png"), 413, "image_too_large", "60000x60000"),
+    ("jpeg bomb", data_url(jpeg_declaring(60000, 60000), "image/jpeg"), 413, "image_too_large", "60000x60000"),
+    ("aspect", data_url(png_bytes(np.zeros((1, 400, 3), np.uint8)), "image/png"), 400, "invalid_image", "aspect"),
+    ("outside root", "file:///etc/hostname", 403, "path_not_allowed", "outside"),
+    ("missing file", "file:///nonexistent/a.png", 403, "path_not_allowed", None),
+    ("remote file host", "file://host/x.png", 400, "invalid_image", "local path"),
+]
+
+
+@pytest.mark.parametrize(("name", "url", "status", "code", "fragment"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_images_are_clear_4xx_within_the_budget(server, name, url, status, code, fragment):
+    started = time.monotonic()
+    r = post(f"{server.url}{CHAT}", json=user(image_part(jpeg_data_url(frame(0, 0), 70)), image_part(url)))
+    err = error_of(r, status, code)
+    assert time.monotonic() - started < 10
+    if fragment:
+        assert fragment in err["message"], err
+    assert err["param"] in (None, "messages[0].content[1].image_url.url"), err
+    # the next request is answered
+    assert post(f"{server.url}{CHAT}", json=user(image_part(jpeg_data_url(frame(0, 1), 70)))).status_code == 200
+
+
+def test_too_many_images_and_videos(server):
+    parts = [image_part(jpeg_data_url(frame(9, t), 70)) for t in range(17)]
+    err = error_of(post(f"{server.url}{CHAT}", json=user(*parts)), 400, "too_many_images")
+    assert "--max-images-per-request" in err["message"]
+    video = {"type": "video_url", "video_url": {"url": data_url(mp4_bytes(episode_frames(4)), "video/mp4")}}
+    error_of(post(f"{server.url}{CHAT}", json=user(video, video)), 400, "bad_request")
+    not_video = {"type": "video_url", "video_url": {"url": data_url(b"\x00" * 64, "video/mp4")}}
+    err = error_of(post(f"{server.url}{CHAT}", json=user(not_video)), 400, "invalid_video")
+    assert err["param"] == "messages[0].content[0].video_url.url"
+
+
+def test_decode_workers_survive_hostile_images(server):
+    replaced = server.service.pool.replaced
+    for url in (
+        data_url(png_declaring(60000, 60000), "image/png"),
+        data_url(jpeg_declaring(40000, 40000), "image/jpeg"),
+    ):
+        error_of(post(f"{server.url}{CHAT}", json=user(image_part(url))), 413)
+    assert server.service.pool.replaced - replaced <= 2  # a worker near its budget may be recycled, never killed by OOM
+    assert post(f"{server.url}{CHAT}", json=seed_payload("judge", [frame(1, t) for t in range(8)])).status_code == 200
+
+
+def test_auth_and_deadlines_under_v1_use_openai_errors(tmp_path):
+    with InProcessServer(api_key="sekret", engine_option=["token_ms=50"], request_timeout_s=0.5) as s:
+        err = error_of(post(f"{s.url}{CHAT}", json=user()), 401, "unauthorized")
+        assert err["type"] == "authentication_error"
+        error_of(get(f"{s.url}/v1/models"), 401)
+        auth = {"authorization": "Bearer sekret"}
+        assert get(f"{s.url}/v1/models", headers=auth).status_code == 200
+        err = error_of(post(f"{s.url}{CHAT}", json={**user(), "max_tokens": 100}, headers=auth), 504)
+        assert err["code"] == "deadline_exceeded" and err["type"] == "server_error"
+        # /score keeps the server's own error body
+        r = post(f"{s.url}/score", json={}, headers=auth)
+        assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message"}
+
+
+# --- fuzz ---------------------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+_url = st.sampled_from(
+    [
+        jpeg_data_url(frame(0, 0, 32), 70),
+        "data:image/png;base64,",
+        "data:image/png;base64,iVBORw0KGgo=",
+        "http://x/y.png",
+        "file:///etc/passwd",
+        "data:,",
+    ]
+) | st.text(max_size=30)
+_part = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=30)}),
+    st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.fixed_dictionaries({"url": _url}) | _url}),
+    st.fixed_dictionaries({"type": st.just("video_url"), "video_url": st.fixed_dictionaries({"url": _url})}),
+    st.dictionaries(st.sampled_from(["type", "text", "image_url"]), _json, max_size=3),
+)
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "assistant", "developer", "tool", 3])},
+    optional={"content": st.text(max_size=20) | st.lists(_part, max_size=4) | _json},
+)
+_option_values = {
+    "model": st.sampled_from(["judge", "other"]) | _json,
+    "temperature": st.floats(-1, 3) | _json,
+    "top_p": st.floats(-0.5, 1.5),
+    "max_tokens": st.integers(-5, 100),
+    "n": st.integers(-1, 3),
+    "stream": st.booleans(),
+    "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=20),
+    "logprobs": st.booleans(),
+    "top_logprobs": st.integers(-1, 25),
+    "seed": st.integers(-(2**70), 2**70),
+    "allowed_token_ids": st.lists(st.integers(-3, 2000), max_size=5),
+    "top_k": st.integers(-3, 100),
+    "tools": _json,
+    "response_format": _json,
+}
+_valid_part = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=30)}),
+    st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.fixed_dictionaries({"url": _url})}),
+)
+_valid_options = {
+    "model": st.just("judge"),
+    "temperature": st.floats(0, 2),
+    "top_p": st.floats(0.01, 1),
+    "max_tokens": st.integers(1, 64),
+    "seed": st.integers(0, 2**32),
+    "stop": st.lists(st.text(min_size=1, max_size=5), max_size=3),
+    "logprobs": st.booleans(),
+    "top_k": st.integers(-1, 50),
+    "n": st.just(1),
+    "stream": st.just(False),
+}
+_user_last = st.fixed_dictionaries(
+    {"role": st.just("user"), "content": st.text(max_size=20) | st.lists(_valid_part, max_size=4)}
+)
+_body = st.one_of(
+    # well-formed messages and options in range: answered, or refused for their media
+    st.builds(
+        lambda head, last, options: {"messages": [*head, last], **options},
+        st.lists(_message, max_size=2),
+        _user_last,
+        st.fixed_dictionaries({}, optional=_valid_options),
+    ),
+    # well-formed messages, options anywhere
+    st.builds(
+        lambda last, options: {"messages": [last], **options},
+        _user_last,
+        st.fixed_dictionaries({}, optional=_option_values),
+    ),
+    st.builds(
+        lambda messages, options: {"messages": messages, **options},
+        st.lists(_message, min_size=0, max_size=3),
+        st.fixed_dictionaries({}, optional=_option_values),
+    ),
+    _json,
+)
+
+
+def test_fuzzed_chat_bodies_never_fail_the_server(server):
+    counts: dict[int, int] = {}
+    client = httpx.Client(timeout=30)
+    started = time.monotonic()
+
+    @given(body=_body)
+    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def run(body) -> None:
+        r = client.post(f"{server.url}{CHAT}", json=body)
+        counts[r.status_code] = counts.get(r.status_code, 0) + 1
+        assert r.status_code < 500, (body, r.text)
+        if r.status_code != 200:
+            error_of(r, r.status_code)
+        else:
+            assert r.json()["object"] == "chat.completion"
+
+    try:
+        run()
+    finally:
+        client.close()
+    print(f"\nchat fuzz: {sum(counts.values())} bodies in {time.monotonic() - started:.1f} s: {sorted(counts.items())}")
+    assert server.service.status == "ok"
+    assert counts.get(200, 0) >= 20 and counts.get(400, 0) >= 10 and counts.get(422, 0) >= 20, counts
