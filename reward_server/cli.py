@@ -8,6 +8,7 @@ before anything can initialise CUDA.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -124,6 +125,16 @@ def serve(settings: ServerSettings) -> int:
     return exit_code
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of resource names to amounts")
+    return value
+
+
 def serve_ray(argv: list[str]) -> int:
     """`python -m reward_server serve-ray [--num-replicas N ...] <server flags>`."""
     parser = argparse.ArgumentParser(prog="python -m reward_server serve-ray", add_help=False)
@@ -131,6 +142,15 @@ def serve_ray(argv: list[str]) -> int:
     parser.add_argument("--gpus-per-replica", type=float, default=1.0)
     parser.add_argument("--cpus-per-replica", type=float, default=1.0)
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto': the running cluster)")
+    parser.add_argument(
+        "--resources-per-replica",
+        type=_json_object,
+        default={},
+        help="custom Ray resources, e.g. '{\"reward_slot\": 1}'",
+    )
+    parser.add_argument("--max-replicas-per-node", type=int, default=None)
+    parser.add_argument("--max-ongoing-requests", type=int, default=None, help="per replica (default: max(64, queue))")
+    parser.add_argument("--proxy-location", choices=["EveryNode", "HeadOnly", "Disabled"], default="EveryNode")
     ours, rest = parser.parse_known_args(argv)
     settings = parse_settings(rest)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

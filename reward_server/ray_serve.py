@@ -7,6 +7,14 @@ Each replica builds its own engine and serves the identical FastAPI app (routes,
 health semantics), so clients need only the endpoint. Ray Serve's health check calls the
 replica's `check_health`, which fails once the engine has failed; Serve then replaces the replica.
 With `--address auto` it joins a running Ray cluster (RLinf's own), else it starts a local one.
+
+Several nodes: by default Serve runs an HTTP proxy on every node that holds a replica, on the
+same port, and a proxy sends each request to a replica on its own node while that replica takes
+more (`--max-ongoing-requests`), else to another node's. Env workers should therefore send to
+their own node's proxy: the body never crosses the network unless the local replica is full.
+`--resources-per-replica` (custom resources each node advertises) and `--max-replicas-per-node`
+place the replicas; every answer names its replica in the `x-reward-replica` header
+(`<replica id>@<node id>`), for checking where requests went.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reward_server.settings import ServerSettings
 
@@ -27,6 +35,32 @@ class RayServeOptions:
     gpus_per_replica: float = 1.0
     cpus_per_replica: float = 1.0
     address: str | None = None
+    resources_per_replica: dict[str, float] = field(default_factory=dict)  # custom Ray resources
+    max_replicas_per_node: int | None = None
+    max_ongoing_requests: int | None = None  # default: max(64, --max-queue)
+    proxy_location: str = "EveryNode"  # EveryNode, HeadOnly or Disabled (Serve's ProxyLocation)
+
+
+REPLICA_HEADER = b"x-reward-replica"
+
+
+class ReplicaHeader:
+    """Plain ASGI middleware: every HTTP answer names the replica that gave it."""
+
+    def __init__(self, app, name: str):
+        self.app = app
+        self.header = (REPLICA_HEADER, name.encode())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_named(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_named)
 
 
 def _replica_class():
@@ -36,13 +70,16 @@ def _replica_class():
     @serve.ingress()
     class RewardReplica:
         def __init__(self, settings_json: str):
+            import ray
+
             from reward_server.app import build_app
             from reward_server.bootstrap import build_service
 
             settings = ServerSettings.model_validate_json(settings_json)
             logging.basicConfig(level=settings.log_level.upper())
             self.service = build_service(settings)
-            self._asgi_app = build_app(self.service)
+            name = f"{serve.get_replica_context().replica_tag}@{ray.get_runtime_context().get_node_id()}"
+            self._asgi_app = ReplicaHeader(build_app(self.service), name)
 
         def __serve_build_asgi_app__(self):
             return self._asgi_app
@@ -61,11 +98,16 @@ def serve_replicas(settings: ServerSettings, options: RayServeOptions) -> int:
     from ray import serve
 
     ray.init(address=options.address, include_dashboard=False, log_to_driver=True)
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(proxy_location=options.proxy_location, http_options={"host": settings.host, "port": settings.port})
+    actor_options: dict = {"num_gpus": options.gpus_per_replica, "num_cpus": options.cpus_per_replica}
+    if options.resources_per_replica:
+        actor_options["resources"] = dict(options.resources_per_replica)
+    extra = {"max_replicas_per_node": options.max_replicas_per_node} if options.max_replicas_per_node else {}
     deployment = _replica_class().options(
         num_replicas=options.num_replicas,
-        ray_actor_options={"num_gpus": options.gpus_per_replica, "num_cpus": options.cpus_per_replica},
-        max_ongoing_requests=max(64, settings.max_queue),
+        ray_actor_options=actor_options,
+        max_ongoing_requests=options.max_ongoing_requests or max(64, settings.max_queue),
+        **extra,
     )
     serve.run(deployment.bind(settings.model_dump_json()), name="reward_server", route_prefix="/")
     logger.info("serving %d replicas on http://%s:%d", options.num_replicas, settings.host, settings.port)
