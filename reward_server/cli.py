@@ -95,7 +95,10 @@ def parse_settings(argv: list[str] | None = None) -> ServerSettings:
         canonical_backend(settings.backend)
         settings.engine_options()
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors()
+        )
         parser.error(problems)
     except (UnknownBackend, ValueError) as exc:  # unknown backend, malformed --engine-option
         parser.error(str(exc))

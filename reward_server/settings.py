@@ -144,7 +144,8 @@ class ServerSettings(BaseModel):
         ]
         if given and self.engine != "vllm":
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise ValueError(f"{flags} apply to the vllm engine only (this server runs --engine {self.engine})")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise ValueError(f"{flags} {verb} to the vllm engine only (this server runs --engine {self.engine})")
         for name in ("quantization", "kv_cache_dtype"):
             value = getattr(self, name)
             if value is not None and not re.fullmatch(r"[A-Za-z0-9_\-]+", value):

@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-rounds", type=int, default=1)
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
+    parser.add_argument(
+        "--replicas", type=int, help="replicas behind the URL, for the report (default: the URLs given; Ray Serve: say)"
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     if min(args.clients) < 1 or args.n < 1 or args.rounds < 1 or args.warmup_rounds < 0:
@@ -167,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_clients(
                 args.url, clients, args.n, style, args.rounds, args.warmup_rounds, args.frames, args.size, len(rows)
             )
+            row["replicas"] = args.replicas or row["replicas"]
             logger.info(
                 "%d clients x %d episodes (%s): %.2f s, %.1f episodes/s, %d errors",
                 clients,

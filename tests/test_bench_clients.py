@@ -45,3 +45,18 @@ def test_a_replica_list_is_served_by_every_replica():
         assert len(a.engine.seen) == len(b.engine.seen) == 4  # each client's batch split across both
     (row,) = json.loads(proc.stdout)["results"]
     assert row["replicas"] == 2 and row["episodes"] == 8
+
+
+def test_bench_report_tables_client_files_against_the_first(tmp_path):
+    def row(replicas: int, clients: int, eps: float) -> dict:
+        return {"replicas": replicas, "clients": clients, "style": "logprob", "n_per_client": 64,
+                "episodes": clients * 64, "wall_s": clients * 64 / eps, "episodes_per_s": eps}  # fmt: skip
+
+    (tmp_path / "ray_1.json").write_text(json.dumps({"results": [row(1, 2, 20.0), row(1, 4, 25.0)]}))
+    (tmp_path / "ray_2.json").write_text(json.dumps({"results": [row(2, 2, 36.0), row(2, 4, 47.5)]}))
+    out = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench_report", str(tmp_path / "ray_1.json"), str(tmp_path / "ray_2.json")],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "| ray_2 | 2 | logprob | 2 | 128 | 3.56 | 36.00 | 1.80 |" in out
+    assert "| ray_2 | 2 | logprob | 4 | 256 | 5.39 | 47.50 | 1.90 |" in out

@@ -29,8 +29,8 @@ def test_flags_become_engine_options_merged_with_explicit_ones():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--engine", "hf", "--quantization", "fp8"], "--quantization apply to the vllm engine only"),
-        (["--engine", "fake", "--cudagraph-mm-encoder"], "--cudagraph-mm-encoder apply to the vllm engine only"),
+        (["--engine", "hf", "--quantization", "fp8"], "--quantization applies to the vllm engine only"),
+        (["--engine", "fake", "--cudagraph-mm-encoder"], "--cudagraph-mm-encoder applies to the vllm engine only"),
         (["--quantization", "fp8", "--engine-option", "quantization=awq"], "disagree"),
         (["--kv-cache-dtype", "fp8;rm"], "is not a name"),
         (["--compile-mm-encoder", "--engine-option", "compilation_config=3"], "must be a JSON object"),

@@ -3,7 +3,7 @@
 # ../shared/gpu/prepare_vllm_carry.sh (three carries) and this project's extra wheels were
 # installed into /tmp/site (see docs/performance.md, "Reproduce").
 #
-#   bash scripts/gpu/bench_gpu.sh vllm|hf|ray      results go to $OUT (default /tmp/out)
+#   bash scripts/gpu/bench_gpu.sh vllm|hf|split|warmup|ceiling|ray      results go to $OUT (default /tmp/out)
 #
 # vllm: the bare engine, the server on every path users run (hook raw batch, hook JSON batch,
 #       hook MP4 video_path, concurrent /score) and plain `vllm serve` on the same prompt and
@@ -11,9 +11,19 @@
 # hf:   the transformers engine bare and through the server (hook raw batch).
 # split: two servers, one per GPU, behind the client's replica list (it splits each batch),
 #       against one of them alone, on the hook path (needs 2 GPUs).
-# ray:  Ray Serve with 1 and 2 replicas (one GPU each) on the hook path (needs 2 GPUs and Ray).
-# Workload: a random-weight checkpoint with Qwen2.5-VL-7B's shapes, 16 frames of 256x256 per
-# episode, N = 64 episodes ending together, logprob (prefill only) and 256 new tokens.
+# warmup: the first batch after the server started against the steady ones that follow
+#       (reward_tools.bench --first-batch), per row of WARMUP_ROWS (default "off on full": no
+#       warm-up, the default warm-up batch of 8, a warm-up batch of N), one GPU.
+# ceiling: each setting of CEILING (default "bf16 fp8 fp8kv encoder": bf16; FP8 weights; FP8
+#       weights and KV cache; the vision encoder compiled and in CUDA graphs) on the hook path,
+#       bf16 also with frames put on the grid by the client (--to-grid), then the score fidelity
+#       of each setting against bf16 on the same episodes (reward_tools.fidelity); one GPU. Keep
+#       bf16 in every call's CEILING (the fidelity reference); ~2 min a setting.
+# ray:  scale-out the way RLinf sends: CLIENTS (default "2 4") client processes, each sending its
+#       own batch of N (reward_tools.bench_clients), against each row of RAY_ROWS (default "1 2
+#       list"): Ray Serve with 1 and with 2 replicas (one GPU each), and two plain servers behind
+#       the client's replica list; then one table against the 1-replica row. Needs 2 GPUs and Ray
+#       (scripts/gpu/prepare_ray_carry.sh); ~2.5 min a row with STYLES=logprob.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -31,7 +41,42 @@ wait_http() {  # url, seconds
   echo "not ready: $1" >&2; return 1
 }
 
-case "${1:?vllm, hf or ray}" in
+wait_server() {  # url, pid, seconds: /health ok, or fail as soon as the server exits
+  for _ in $(seq "$3"); do
+    curl -sf "$1/health" >/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { echo "server exited: $1" >&2; return 1; }
+    sleep 1
+  done
+  echo "not ready: $1" >&2; return 1
+}
+
+wait_replicas() {  # url, replicas, seconds: /health ok from that many distinct Ray Serve replicas
+  python3 - "$@" <<'PY'
+import sys
+import time
+
+import httpx
+
+url, want, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+seen, end = set(), time.monotonic() + limit
+while len(seen) < want and time.monotonic() < end:
+    try:
+        r = httpx.get(f"{url}/health", timeout=5)
+        if r.status_code == 200:
+            seen.add(r.headers.get("x-reward-replica"))
+    except httpx.HTTPError:
+        pass
+    time.sleep(0.3)
+sys.exit(0 if len(seen) >= want else f"{len(seen)} of {want} replicas ready at {url}")
+PY
+}
+
+stop_pid() {  # SIGTERM, wait (the server drains, vLLM frees the GPU)
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
+case "${1:?vllm, hf, split, warmup, ceiling or ray}" in
   vllm)
     python3 -m reward_tools.bench_raw --engine vllm --model-path $CKPT $TUNED --n "$N" --styles $STYLES \
       --gpu-memory-utilization 0.85 --out "$OUT/raw_vllm.json" 2>"$OUT/raw_vllm.log"
@@ -71,17 +116,112 @@ case "${1:?vllm, hf or ray}" in
       --paths hook_raw --repeats 2 --out "$OUT/split_2.json" 2>"$OUT/split_bench_2.log"
     python3 -m reward_tools.bench_report "$OUT"/split_1.json "$OUT"/split_2.json | tee "$OUT/table_split.md"
     ;;
-  ray)
-    for replicas in 1 2; do
-      python3 -m reward_server serve-ray --num-replicas $replicas --gpus-per-replica 1 --cpus-per-replica 4 \
-        $COMMON --engine vllm $TUNED --port 18080 >"$OUT/ray_$replicas.log" 2>&1 &
-      ray_pid=$!
-      wait_http http://127.0.0.1:18080/health 900
-      python3 -m reward_tools.bench --url http://127.0.0.1:18080 --n 64 128 --styles $STYLES --paths hook_raw \
-        --repeats 1 --out "$OUT/ray_$replicas.json" 2>"$OUT/ray_bench_$replicas.log"
-      kill -TERM $ray_pid; wait $ray_pid 2>/dev/null || true
-      python3 -c "import ray; ray.shutdown()" 2>/dev/null || true
+  warmup)
+    style=${STYLES%% *}
+    rows=()
+    for row in ${WARMUP_ROWS:-off on full}; do
+      case $row in
+        off) flags="--no-warmup" ;;
+        on) flags="--warmup" ;;
+        full) flags="--warmup --warmup-batch $N" ;;
+        *) echo "unknown warm-up row $row (off, on, full)" >&2; exit 2 ;;
+      esac
+      python3 -m reward_tools.bench --launch "$COMMON --engine vllm $TUNED $flags" --first-batch --n "$N" \
+        --styles "$style" --repeats 3 --out "$OUT/first_$row.json" >"$OUT/first_$row.txt" 2>"$OUT/first_$row.log"
+      rows+=("$OUT/first_$row.json")
     done
-    python3 -m reward_tools.bench_report "$OUT"/ray_1.json "$OUT"/ray_2.json | tee "$OUT/table_ray.md"
+    python3 - "${rows[@]}" <<'PY' | tee "$OUT/table_warmup.md"
+import json
+import sys
+from pathlib import Path
+
+print("| warm-up | style | N | first batch s | steady s (median) | first / steady | warm-up s |")
+print("|---|---|---|---|---|---|---|")
+for path in sys.argv[1:]:
+    r = json.loads(Path(path).read_text())["first_batch"]
+    w = r.get("warmup") or {}
+    print(f"| {Path(path).stem[6:]} ({w.get('episodes', 0)} episodes) | {r['style']} | {r['n']} | {r['first_s']:.2f} | "
+          f"{r['steady_median_s']:.2f} | {r['first_over_steady']:.2f} | {w.get('seconds', 0):.1f} |")
+PY
+    ;;
+  ceiling)
+    url=http://127.0.0.1:18080
+    done_settings=()
+    for name in ${CEILING:-bf16 fp8 fp8kv encoder}; do
+      case $name in
+        bf16) flags="" ;;
+        fp8) flags="--quantization fp8" ;;
+        fp8kv) flags="--quantization fp8 --kv-cache-dtype fp8" ;;
+        kv8) flags="--kv-cache-dtype fp8" ;;
+        encoder) flags="--compile-mm-encoder --cudagraph-mm-encoder" ;;
+        compile) flags="--compile-mm-encoder" ;;
+        *) echo "unknown setting $name (bf16, fp8, fp8kv, kv8, encoder, compile)" >&2; exit 2 ;;
+      esac
+      # shellcheck disable=SC2086  # flag lists
+      python3 -m reward_server $COMMON --engine vllm $TUNED $flags --port 18080 >"$OUT/ceiling_$name.server.log" 2>&1 &
+      pid=$!
+      if ! wait_server $url $pid 900; then
+        tail -5 "$OUT/ceiling_$name.server.log" >&2; stop_pid $pid; continue
+      fi
+      python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 2 \
+        --out "$OUT/ceiling_$name.json" 2>"$OUT/ceiling_$name.log" || echo "$name: errors (see its log)" >&2
+      if [ "$name" = bf16 ]; then
+        python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 2 --to-grid \
+          --out "$OUT/ceiling_bf16_grid.json" 2>"$OUT/ceiling_bf16_grid.log" || echo "bf16 --to-grid: errors" >&2
+      fi
+      python3 -m reward_tools.fidelity scores --url $url --n "$N" --out "$OUT/scores_$name.json" \
+        >/dev/null 2>>"$OUT/ceiling_$name.log" || echo "$name: no fidelity scores" >&2
+      stop_pid $pid
+      done_settings+=("$name")
+    done
+    python3 -m reward_tools.bench_report "$OUT"/ceiling_*.json | tee "$OUT/table_ceiling.md"
+    for name in "${done_settings[@]}"; do
+      [ "$name" != bf16 ] && [ -f "$OUT/scores_bf16.json" ] || continue
+      python3 -m reward_tools.fidelity compare "$OUT/scores_bf16.json" "$OUT/scores_$name.json" \
+        --out "$OUT/fidelity_$name.json" >/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'vs bf16: spearman', r['spearman'], 'max |diff|', r['max_abs_diff'], 'mean |diff|', r['mean_abs_diff'])" \
+        "$OUT/fidelity_$name.json" "$name" | tee -a "$OUT/table_ceiling.md"
+    done
+    ;;
+  ray)
+    url=http://127.0.0.1:18080
+    files=()
+    for row in ${RAY_ROWS:-1 2 list}; do
+      case $row in
+        list)
+          pids=()
+          for gpu in 0 1; do
+            # shellcheck disable=SC2086  # flag lists
+            python3 -m reward_server $COMMON --engine vllm $TUNED --gpu-ids $gpu --port 1808$gpu \
+              >"$OUT/list_server_$gpu.log" 2>&1 &
+            pids+=($!)
+          done
+          if ! { wait_server http://127.0.0.1:18080 "${pids[0]}" 900 && wait_server http://127.0.0.1:18081 "${pids[1]}" 900; }; then
+            tail -5 "$OUT"/list_server_*.log >&2; for pid in "${pids[@]}"; do stop_pid "$pid"; done; continue
+          fi
+          # shellcheck disable=SC2086  # CLIENTS and STYLES are lists
+          python3 -m reward_tools.bench_clients --url http://127.0.0.1:18080,http://127.0.0.1:18081 --clients ${CLIENTS:-2 4} \
+            --n "$N" --styles $STYLES --out "$OUT/list_2.json" >/dev/null 2>"$OUT/list_bench.log" || echo "list: errors" >&2
+          for pid in "${pids[@]}"; do stop_pid "$pid"; done
+          [ -f "$OUT/list_2.json" ] && files+=("$OUT/list_2.json")
+          ;;
+        *)
+          # shellcheck disable=SC2086  # flag lists
+          python3 -m reward_server serve-ray --num-replicas "$row" --gpus-per-replica 1 --cpus-per-replica 4 \
+            $COMMON --engine vllm $TUNED --port 18080 >"$OUT/ray_$row.log" 2>&1 &
+          ray_pid=$!
+          if ! { wait_server $url $ray_pid 900 && wait_replicas $url "$row" 900; }; then
+            tail -20 "$OUT/ray_$row.log" >&2; stop_pid $ray_pid; continue
+          fi
+          # shellcheck disable=SC2086  # CLIENTS and STYLES are lists
+          python3 -m reward_tools.bench_clients --url $url --replicas "$row" --clients ${CLIENTS:-2 4} --n "$N" --styles $STYLES \
+            --out "$OUT/ray_$row.json" >/dev/null 2>"$OUT/ray_bench_$row.log" || echo "ray $row: errors" >&2
+          stop_pid $ray_pid  # serve-ray shuts Serve and its local Ray cluster down
+          [ -f "$OUT/ray_$row.json" ] && files+=("$OUT/ray_$row.json")
+          ;;
+      esac
+    done
+    [ ${#files[@]} -gt 0 ] || { echo "no ray row ran" >&2; exit 1; }
+    python3 -m reward_tools.bench_report "${files[@]}" | tee "$OUT/table_ray.md"
     ;;
 esac
