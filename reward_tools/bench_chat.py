@@ -194,13 +194,31 @@ def measure(url: str, shape: str, n: int, size: int = 256, timeout: float = 600.
     )
 
 
+def report(paths: list[str]) -> str:
+    """One Markdown table of the results in these JSON files (one row per URL and shape)."""
+    rows = [
+        "| server | shape | n | wall s | req/s | p50 s | p95 s | statuses | prompt tok | completion tok |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        with open(path) as fh:
+            for r in json.load(fh)["results"]:
+                statuses = " ".join(f"{k}x{v}" for k, v in sorted(r["statuses"].items()))
+                rows.append(
+                    f"| {r['url']} | {r['shape']} | {r['n']} | {r['wall_s']} | {r['req_per_s']} | {r['p50_s']} "
+                    f"| {r['p95_s']} | {statuses} | {r['prompt_tokens_mean']} | {r['completion_tokens_mean']} |"
+                )
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reward_tools.bench_chat",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--url", action="append", required=True, help="a server's base URL (repeat to compare)")
+    parser.add_argument("--url", action="append", help="a server's base URL (repeat to compare)")
+    parser.add_argument("--report", nargs="+", metavar="JSON", help="print one table of earlier --out files, and stop")
     parser.add_argument("--shape", action="append", choices=SHAPES, help="request shape (repeat, each with its --n)")
     parser.add_argument("--n", action="append", type=int, help="concurrent requests for the matching --shape")
     parser.add_argument("--size", type=int, default=256, help="frame side in pixels")
@@ -209,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the results here (JSON)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.report:
+        print(report(args.report))
+        return 0
+    if not args.url:
+        parser.error("give --url (or --report)")
     shapes = args.shape or ["seed"]
     ns = args.n or [64] * len(shapes)
     if len(ns) != len(shapes):

@@ -3,6 +3,8 @@ child process (reward_tools.launch.ServerProcess, for real engines)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import socket
 import threading
@@ -97,3 +99,40 @@ def send_without_waiting(url: str, path: str, body: dict) -> socket.socket:
         % (path.encode(), len(payload), payload)
     )
     return sock
+
+
+# --- OpenAI chat dialect ------------------------------------------------------------------------
+
+CHAT = "/v1/chat/completions"
+
+
+def data_url(raw: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(raw).decode()}"
+
+
+def png_bytes(img) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_part(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def chat_body(*parts: dict, text: str = "describe the rollout") -> dict:
+    """One user turn: these parts, then a text part."""
+    return {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]}
+
+
+def openai_error(r: httpx.Response, status: int, code: str | None = None) -> dict:
+    """The error of an answer under /v1: the status, OpenAI's error body, and `code` when given."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    if code is not None:
+        assert body["error"]["code"] == code, body
+    assert body["error"]["message"]
+    return body["error"]

@@ -7,21 +7,26 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import io
 import os
 import signal
 import socket
+import struct
 import time
+import zlib
 from pathlib import Path
 
 import httpx
 import numpy as np
 import psutil
 import pytest
+from PIL import Image
 
 from reward_client.video_io import encode_mp4, write_mp4
+from reward_tools.bench_chat import frame, jpeg_data_url
 from reward_tools.launch import ServerProcess
 from tests.conftest import episode_frames, inline
-from tests.servers import InProcessServer, get, post
+from tests.servers import CHAT, InProcessServer, chat_body, data_url, get, image_part, openai_error, png_bytes, post
 
 TASK = "put the black bowl on the plate"
 
@@ -255,3 +260,109 @@ def test_concurrent_huge_bodies_are_refused_before_they_take_memory(tmp_path):
             post(f"{server.url}/score", json={"task_text": TASK, "frames": inline(episode_frames(4))}).status_code
             == 200
         )
+
+
+# --- images of OpenAI chat requests (/v1/chat/completions) ---------------------------------------
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A tiny PNG whose header declares width x height (a decompression bomb's header)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = lambda kind, data: (  # noqa: E731
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
+    idat = zlib.compress(b"\x00" * 1024)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """A small real JPEG whose SOF0 header is rewritten to declare width x height."""
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(buf, format="JPEG")
+    raw = bytearray(buf.getvalue())
+    sof = raw.index(b"\xff\xc0")
+    raw[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(raw)
+
+
+HOSTILE = [
+    ("http", "http://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
+    ("https", "https://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
+    ("ftp", "ftp://example.com/a.jpg", 400, "invalid_image", "unsupported URL"),
+    ("no comma", "data:image/png;base64", 400, "invalid_image", "malformed data URL"),
+    ("not base64 encoded", "data:image/png,rawbytes", 400, "invalid_image", "base64"),
+    ("bad base64", "data:image/png;base64,@@@@", 400, "invalid_image", "not valid base64"),
+    ("empty", "data:image/png;base64,", 400, "invalid_image", "no data"),
+    ("wrong mime", data_url(b"hello", "text/plain"), 400, "invalid_image", "must hold an image"),
+    ("gif", data_url(b"GIF89a" + b"\x00" * 64, "image/gif"), 400, "invalid_image", "JPEG, PNG, WebP"),
+    ("svg", data_url(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/svg+xml"), 400, "invalid_image", "JPEG"),
+    (
+        "truncated jpeg",
+        data_url(bytes.fromhex("ffd8ffe000104a464946") + b"\x00" * 40, "image/jpeg"),
+        400,
+        "invalid_image",
+        "readable",
+    ),
+    ("png bomb", data_url(png_declaring(60000, 60000), "image/png"), 413, "image_too_large", "60000x60000"),
+    ("jpeg bomb", data_url(jpeg_declaring(60000, 60000), "image/jpeg"), 413, "image_too_large", "60000x60000"),
+    ("aspect", data_url(png_bytes(np.zeros((1, 400, 3), np.uint8)), "image/png"), 400, "invalid_image", "aspect"),
+    ("outside root", "file:///etc/hostname", 403, "path_not_allowed", "outside"),
+    ("dot dot", "file:///tmp/../etc/hostname", 403, "path_not_allowed", "outside"),
+    ("missing file", "file:///nonexistent/a.png", 403, "path_not_allowed", None),
+    ("remote file host", "file://host/x.png", 400, "invalid_image", "local path"),
+]
+
+
+@pytest.mark.parametrize(("name", "url", "status", "code", "fragment"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_chat_images_are_clear_4xx_within_the_budget(server, name, url, status, code, fragment):
+    started = time.monotonic()
+    r = post(f"{server.url}{CHAT}", json=chat_body(image_part(jpeg_data_url(frame(0, 0), 70)), image_part(url)))
+    err = openai_error(r, status, code)
+    assert time.monotonic() - started < 10
+    if fragment:
+        assert fragment in err["message"], err
+    assert err["param"] in (None, "messages[0].content[1].image_url.url"), err
+    # the next request is answered
+    assert post(f"{server.url}{CHAT}", json=chat_body(image_part(jpeg_data_url(frame(0, 1), 70)))).status_code == 200
+    assert get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_too_many_chat_images_and_videos(server):
+    parts = [image_part(jpeg_data_url(frame(9, t), 70)) for t in range(17)]
+    err = openai_error(post(f"{server.url}{CHAT}", json=chat_body(*parts)), 400, "too_many_images")
+    assert "--max-images-per-request" in err["message"]
+    video = {"type": "video_url", "video_url": {"url": data_url(encode_mp4(episode_frames(4)), "video/mp4")}}
+    openai_error(post(f"{server.url}{CHAT}", json=chat_body(video, video)), 400, "bad_request")
+    not_video = {"type": "video_url", "video_url": {"url": data_url(b"\x00" * 64, "video/mp4")}}
+    err = openai_error(post(f"{server.url}{CHAT}", json=chat_body(not_video)), 400, "invalid_video")
+    assert err["param"] == "messages[0].content[0].video_url.url"
+
+
+def test_decode_workers_survive_hostile_chat_images(server):
+    replaced = server.service.pool.replaced
+    for url in (
+        data_url(png_declaring(60000, 60000), "image/png"),
+        data_url(jpeg_declaring(40000, 40000), "image/jpeg"),
+    ):
+        openai_error(post(f"{server.url}{CHAT}", json=chat_body(image_part(url))), 413)
+    assert server.service.pool.replaced - replaced <= 2  # a worker near its budget may be recycled, never killed by OOM
+    frames = [image_part(jpeg_data_url(frame(1, t), 70)) for t in range(8)]
+    assert post(f"{server.url}{CHAT}", json=chat_body(*frames)).status_code == 200
+
+
+def test_chat_files_outside_the_root_fifos_and_links_never_block_or_leak(server, root, outside):
+    fifo = root / "chat.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    link = root / "chat-link.png"
+    if not link.exists():
+        link.symlink_to(outside)
+    cases = [(outside, 403), (link, 403), (fifo, 400), (root / ".." / outside.parent.name / outside.name, 403)]
+    for path, status in cases:
+        started = time.monotonic()
+        r = post(f"{server.url}{CHAT}", json=chat_body(image_part(f"file://{path}")))
+        err = openai_error(r, status)
+        assert time.monotonic() - started < 10
+        assert path == outside or str(outside) not in err["message"]  # never where a link points
+        assert err["param"] == "messages[0].content[0].image_url.url"
+    valid(server, root)

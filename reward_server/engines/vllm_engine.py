@@ -108,6 +108,16 @@ def preprocess_threads(config: EngineConfig) -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
+def _input_errors() -> tuple[type[Exception], ...]:
+    """What vLLM raises for a request whose input it will not take (a ValueError in older releases,
+    VLLMClientError in newer ones)."""
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        return (ValueError,)
+    return (ValueError, VLLMClientError)
+
+
 def _token_logprobs(completion: Any, top_n: int) -> list[TokenLogprob]:
     """OpenAI-style logprobs from vLLM's per-position {token_id: Logprob} (sampled token + top_n)."""
     out = []
@@ -250,7 +260,7 @@ class VllmEngine(Engine):
                 raise
             with self._serial:
                 return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
-        except ValueError as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
+        except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
 
     async def _submit(self, request_id: str, inputs: dict, params: Any) -> Any:
@@ -266,7 +276,7 @@ class VllmEngine(Engine):
         except Exception as exc:
             if self._llm.errored:
                 raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
-            if isinstance(exc, ValueError):  # input validation, when it runs inside AsyncLLM
+            if isinstance(exc, _input_errors()):  # input validation, when it runs inside AsyncLLM
                 raise EngineInputRejected(f"the engine refused this input: {exc}") from None
             raise
         if final is None or not final.outputs:

@@ -3,7 +3,7 @@
 # ../shared/gpu/prepare_vllm_carry.sh (three carries) and this project's extra wheels were
 # installed into /tmp/site (see docs/performance.md, "Reproduce").
 #
-#   bash scripts/gpu/bench_gpu.sh vllm|hf|split|warmup|ceiling|ray      results go to $OUT (default /tmp/out)
+#   bash scripts/gpu/bench_gpu.sh vllm|hf|split|warmup|ceiling|ray|chat      results go to $OUT (default /tmp/out)
 #
 # vllm: the bare engine, the server on every path users run (hook raw batch, hook JSON batch,
 #       hook MP4 video_path, concurrent /score) and plain `vllm serve` on the same prompt and
@@ -24,6 +24,10 @@
 #       list"): Ray Serve with 1 and with 2 replicas (one GPU each), and two plain servers behind
 #       the client's replica list; then one table against the 1-replica row. Needs 2 GPUs and Ray
 #       (scripts/gpu/prepare_ray_carry.sh); ~2.5 min a row with STYLES=logprob.
+# chat: OpenAI chat requests (reward_tools.bench_chat) of the seed worker's shape (8 JPEG frames,
+#       N_SEED=64 concurrent) and RLinf's history-buffer shape (5 frames x 2 views, N_HISTORY=512
+#       concurrent), to this server's /v1/chat/completions and then to plain `vllm serve` on the
+#       same checkpoint and engine settings, one after the other on one GPU; peak RSS of each.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -76,7 +80,11 @@ stop_pid() {  # SIGTERM, wait (the server drains, vLLM frees the GPU)
   wait "$1" 2>/dev/null || true
 }
 
-case "${1:?vllm, hf, split, warmup, ceiling or ray}" in
+peak_rss() {  # pid: the process's peak resident memory (VmHWM), children not included
+  grep VmHWM "/proc/$1/status" 2>/dev/null || echo "VmHWM: unknown"
+}
+
+case "${1:?vllm, hf, split, warmup, ceiling, ray or chat}" in
   vllm)
     python3 -m reward_tools.bench_raw --engine vllm --model-path $CKPT $TUNED --n "$N" --styles $STYLES \
       --gpu-memory-utilization 0.85 --out "$OUT/raw_vllm.json" 2>"$OUT/raw_vllm.log"
@@ -223,5 +231,32 @@ PY
     done
     [ ${#files[@]} -gt 0 ] || { echo "no ray row ran" >&2; exit 1; }
     python3 -m reward_tools.bench_report "${files[@]}" | tee "$OUT/table_ray.md"
+    ;;
+  chat)
+    SHAPES="--shape seed --n ${N_SEED:-64} --shape history --n ${N_HISTORY:-512}"
+    SEQS="--max-num-seqs 256"  # both servers schedule the same number of requests at once
+    python3 -m reward_server $COMMON --engine vllm $TUNED $SEQS --max-images-per-request 16 --port 18080 \
+      >"$OUT/chat_server.log" 2>&1 &
+    ours=$!
+    trap 'kill $ours 2>/dev/null || true' EXIT
+    wait_server http://127.0.0.1:18080 $ours 900
+    python3 -m reward_tools.bench_chat --url http://127.0.0.1:18080 $SHAPES --out "$OUT/chat_server.json" \
+      2>"$OUT/chat_bench_server.log"
+    peak_rss $ours >"$OUT/chat_server_rss.txt"
+    curl -s http://127.0.0.1:18080/metrics >"$OUT/chat_server_metrics.txt" || true
+    stop_pid $ours
+    # plain `vllm serve`, same engine settings and image limit; the same payloads
+    python3 -m vllm.entrypoints.openai.api_server --model $CKPT --dtype bfloat16 --max-model-len 8192 \
+      --gpu-memory-utilization 0.85 $TUNED $SEQS --limit-mm-per-prompt '{"image": 16, "video": 1}' \
+      --port 18000 >"$OUT/chat_vllm_serve.log" 2>&1 &
+    peer=$!
+    trap 'kill $peer 2>/dev/null || true' EXIT
+    wait_server http://127.0.0.1:18000 $peer 900
+    python3 -m reward_tools.bench_chat --url http://127.0.0.1:18000 $SHAPES --out "$OUT/chat_vllm_serve.json" \
+      2>"$OUT/chat_bench_vllm_serve.log"
+    peak_rss $peer >"$OUT/chat_vllm_serve_rss.txt"
+    stop_pid $peer
+    python3 -m reward_tools.bench_chat --report "$OUT"/chat_server.json "$OUT"/chat_vllm_serve.json \
+      | tee "$OUT/table_chat.md"
     ;;
 esac
