@@ -99,3 +99,16 @@ def test_shipped_presets_are_valid():
     assert presets
     for preset in presets:
         cli.parse_settings(["--config", str(preset)])
+
+
+def test_chat_flags_and_the_served_model_name():
+    from reward_server.bootstrap import resolve
+
+    s = cli.parse_settings(["--served-model-name", "judge", "--max-images-per-request", "8", "--engine", "fake"])
+    assert (s.served_model_name, s.max_images_per_request) == ("judge", 8)
+    # default: the last part of --model-path, the name RLinf's API reward worker derives
+    named = resolve(cli.parse_settings(["--model-path", "/models/Qwen2.5-VL-7B-Instruct/", "--engine", "fake"]))
+    assert named.served_model_name == "Qwen2.5-VL-7B-Instruct"
+    assert resolve(cli.parse_settings(["--engine", "fake"])).served_model_name == "qwen2_5_vl_vllm"
+    with pytest.raises(SystemExit):
+        cli.parse_settings(["--max-images-per-request", "0"])
