@@ -88,15 +88,16 @@ def stats(url: str) -> dict:
     return get(f"{url}/stats").json()
 
 
-def send_without_waiting(url: str, path: str, body: dict) -> socket.socket:
+def send_without_waiting(url: str, path: str, body: dict, headers: dict[str, str] | None = None) -> socket.socket:
     """A JSON request sent on a raw socket whose answer is never read; closing the socket is a
     client that went away."""
     address = httpx.URL(url)
     payload = json.dumps(body).encode()
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
     sock = socket.create_connection((address.host, address.port))
     sock.sendall(
-        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-        % (path.encode(), len(payload), payload)
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+        % (path.encode(), extra, len(payload), payload)
     )
     return sock
 

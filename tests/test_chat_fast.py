@@ -29,6 +29,8 @@ from tests.servers import (
     openai_error,
     png_bytes,
     post,
+    send_without_waiting,
+    wait_until,
 )
 
 
@@ -240,8 +242,9 @@ def test_invalid_json_and_wrong_content_type(server):
     openai_error(post(f"{server.url}{CHAT}", content=b"x", headers={"content-type": "text/plain"}), 415)
 
 
-def test_auth_and_deadlines_under_v1_use_openai_errors(tmp_path):
-    with InProcessServer(api_key="sekret", engine_option=["token_ms=50"], request_timeout_s=0.5) as s:
+def test_auth_deadlines_and_disconnects_under_v1(tmp_path):
+    """401 and 504 in OpenAI's shape; a client that leaves has its generation aborted in the engine."""
+    with InProcessServer(api_key="sekret", engine_option=["token_ms=100"], request_timeout_s=2.0) as s:
         err = openai_error(post(f"{s.url}{CHAT}", json=chat_body()), 401, "unauthorized")
         assert err["type"] == "authentication_error"
         openai_error(get(f"{s.url}/v1/models"), 401)
@@ -249,6 +252,13 @@ def test_auth_and_deadlines_under_v1_use_openai_errors(tmp_path):
         assert get(f"{s.url}/v1/models", headers=auth).status_code == 200
         err = openai_error(post(f"{s.url}{CHAT}", json={**chat_body(), "max_tokens": 100}, headers=auth), 504)
         assert err["code"] == "deadline_exceeded" and err["type"] == "server_error"
+        aborted, tokens = s.engine.stats.aborted, s.engine.tokens_generated
+        sock = send_without_waiting(s.url, CHAT, {**chat_body(), "max_tokens": 100}, headers=auth)
+        assert wait_until(lambda: s.engine.stats.running == 1, timeout=5)
+        sock.close()  # long before the deadline: only the disconnect can stop it
+        assert wait_until(lambda: s.engine.stats.aborted == aborted + 1, timeout=1.5)
+        assert s.engine.tokens_generated - tokens < 20  # of 100 asked for
+        assert wait_until(lambda: s.service.admission.episodes == 0, timeout=2)
         # /score keeps the server's own error body
         r = post(f"{s.url}/score", json={}, headers=auth)
         assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message"}
