@@ -64,6 +64,11 @@ def test_models_lists_the_served_name(server):
     body = r.json()
     assert body["object"] == "list" and [m["id"] for m in body["data"]] == ["judge"]
     assert body["data"][0]["object"] == "model"
+    server.service.status = "loading"  # a worker that waits for /v1/models waits for the engine
+    try:
+        assert openai_error(get(f"{server.url}/v1/models"), 503, "not_ready")["type"] == "server_error"
+    finally:
+        server.service.status = "ok"
 
 
 def test_the_seed_workers_payload_is_answered_in_openai_shape(server):
