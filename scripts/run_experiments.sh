@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run the A/B/C comparison against a patched RLinf v0.3 checkout, one run after another.
 #
-#   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR \
+#   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] \
 #        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>] [-- OVERRIDE...]
+#
+# --env picks the run configs: libero (default) libero_10_grpo_openvlaoft_run{A,B_qwen,C_primo},
+# maniskill maniskill_ppo_mlp_run{A,B_qwen,C_primo} (one training GPU: --reward-gpus 1).
 #
 # For run B and C it starts the matching reward server on --reward-gpus (kept apart from
 # RLinf's placement, GPUs 0-5 in the run configs), waits for /health, runs
@@ -23,13 +26,14 @@ PY=${PYTHON:-python3}
 die() { echo "run_experiments: $*" >&2; exit 1; }
 log() { echo "[run_experiments] $*" >&2; }
 
-[ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
+[ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
 RLINF_DIR=$(cd "$1" && pwd) || die "no such directory: $1"
 shift
-runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
+env_name=libero; runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
 health_timeout=${HEALTH_TIMEOUT_S:-1800}
 while [ $# -gt 0 ]; do
   case "$1" in
+    --env) env_name=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --reward-gpus) reward_gpus=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
@@ -126,7 +130,12 @@ run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are
   return $rc
 }
 
-declare -A config=([A]=libero_10_grpo_openvlaoft_runA [B]=libero_10_grpo_openvlaoft_runB_qwen [C]=libero_10_grpo_openvlaoft_runC_primo)
+case "$env_name" in
+  libero) prefix=libero_10_grpo_openvlaoft ;;
+  maniskill) prefix=maniskill_ppo_mlp ;;
+  *) die "unknown env '$env_name' (libero or maniskill)" ;;
+esac
+declare -A config=([A]=${prefix}_runA [B]=${prefix}_runB_qwen [C]=${prefix}_runC_primo)
 summary=()
 status=0
 for run in "${run_list[@]}"; do

@@ -3,7 +3,8 @@
 # whole loop (Hydra config, Ray workers, LIBERO-10 simulator, reward server, TensorBoard) in
 # about 5 minutes on 2 CPU cores.
 #
-#   bash scripts/run_tiny_experiments.sh [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR]
+#   bash scripts/run_tiny_experiments.sh [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C]
+#        [--judge-model DIR]
 #
 # The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
 # them small: RLinf's mlp_policy (random init; reads LIBERO's 8 state numbers) instead of
@@ -12,6 +13,10 @@
 # engine, scoring in logprob mode: random weights write no number, and PRIMO-R1's profile needs a
 # written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint.
 # scripts/run_experiments.sh starts, health-checks and stops the server for B and C, as at full size.
+# --env maniskill runs the ManiSkill configs (RLinf's PPO with its MLP policy on PickCube-v1) made
+# small by TINY_MANISKILL: one env (ManiSkill's CPU physics runs one per env object), 16 steps,
+# 56x56 frames, 2 training steps; without CUDA on CPU physics, rendering on Mesa's lavapipe
+# (scripts/setup_maniskill_env.sh).
 #
 # --rlinf: an RLinf v0.3 checkout (default: the rlinf package of the LIBERO environment plus the
 # examples/ folder at $RLINF_EXAMPLES). It is copied to OUT/rlinf and patched there, never in place.
@@ -45,25 +50,49 @@ TINY=(
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
   runner.max_epochs=2 runner.save_interval=-1
 )
+# The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
+TINY_MANISKILL=(
+  env.train.total_num_envs=1 env.eval.total_num_envs=1
+  env.train.max_episode_steps=16 env.train.max_steps_per_rollout_epoch=16
+  env.eval.max_episode_steps=16 env.eval.max_steps_per_rollout_epoch=16
+  env.train.init_params.sensor_configs.width=56 env.train.init_params.sensor_configs.height=56
+  env.eval.init_params.sensor_configs.width=56 env.eval.init_params.sensor_configs.height=56
+  env.eval.video_cfg.save_video=False env.train.reward_model.score_mode=logprob
+  env.train.reward_model.backend=qwen2_5_vl_vllm env.train.reward_model.wait_ready_s=120
+  algorithm.update_epoch=1 actor.micro_batch_size=16 actor.global_batch_size=16
+  rollout.enable_torch_compile=False rollout.enable_cuda_graph=False
+  runner.max_epochs=2 runner.val_check_interval=-1 runner.save_interval=-1
+)
+# ManiSkill without CUDA: CPU physics, and SAPIEN's Vulkan device is the CPU (lavapipe).
+MANISKILL_CPU=(
+  env.train.init_params.sim_backend=cpu +env.train.init_params.render_backend=cpu
+  env.eval.init_params.sim_backend=cpu +env.eval.init_params.render_backend=cpu
+)
 # RLinf's default patch syncer needs CUDA; the bucket syncer also runs on CPU.
 CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
 
-rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=A,B,C; judge=""; port=""
+env_name=libero; rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=A,B,C; judge=""; port=""
 examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
 while [ $# -gt 0 ]; do
   case "$1" in
+    --env) env_name=$2; shift 2 ;;
     --rlinf) rlinf_src=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --judge-model) judge=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) die "unknown option '$1' (usage: $0 [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR] [--port N])" ;;
+    *) die "unknown option '$1' (usage: $0 [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR] [--port N])" ;;
   esac
 done
+case "$env_name" in
+  libero) sim=libero; overrides=("${TINY[@]}") ;;
+  maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}") ;;
+  *) die "unknown env '$env_name' (libero or maniskill)" ;;
+esac
 
 [ -x "$LIBERO_PY" ] || die "no LIBERO environment at $VENV: bash scripts/setup_libero_env.sh"
 # with --rlinf the checkout brings rlinf itself
-imports=libero,torchvision,transformers,tensorboard,hydra,ray
+imports=$sim,torchvision,transformers,tensorboard,hydra,ray
 [ -n "$rlinf_src" ] || imports="rlinf,$imports"
 "$LIBERO_PY" -c "import $imports" 2>/dev/null \
   || die "$VENV lacks what RLinf's runner imports ($imports): bash scripts/setup_libero_env.sh"
@@ -89,13 +118,18 @@ fi
 find "$tree" -name __pycache__ -prune -exec rm -rf {} +
 bash "$ROOT/scripts/apply_rlinf_patches.sh" "$tree" >&2
 
-overrides=("${TINY[@]}")
 if "$LIBERO_PY" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
   log "CUDA present: RLinf as released (plus the project's patch)"
 else
   log "no CUDA: applying the test-only CPU shim to the copy"
   (cd "$tree" && GIT_CEILING_DIRECTORIES="$(dirname "$tree")" git apply "$ROOT/tests/rlinf_cpu_shim.patch")
   overrides+=("${CPU_ONLY[@]}")
+  if [ "$env_name" = maniskill ]; then
+    overrides+=("${MANISKILL_CPU[@]}")
+    [ -f "$VENV/vulkan/env.sh" ] || die "no lavapipe in $VENV for ManiSkill on the CPU: bash scripts/setup_maniskill_env.sh"
+    # shellcheck disable=SC1091  # written by setup_maniskill_env.sh: VK_ICD_FILENAMES, LD_LIBRARY_PATH
+    . "$VENV/vulkan/env.sh"
+  fi
 fi
 
 if [ -z "$judge" ]; then
@@ -114,7 +148,7 @@ status=0
 RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
   LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
   REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml --backend qwen2_5_vl_vllm" \
-  bash "$ROOT/scripts/run_experiments.sh" "$tree" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
+  bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
   --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
 
 compare=()
@@ -126,7 +160,7 @@ done
 [ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
 "$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
   --metric env/success_once --metric env/return --metric env/vlm_score --metric train/actor/grad_norm \
-  --title "Tiny A/B/C through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge for B and C)"
+  --title "Tiny A/B/C ($env_name) through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge for B and C)"
 "$PY" "$ROOT/scripts/tiny_summary.py" "${compare[@]}" | tee "$out/summary.txt"
 log "done in $((SECONDS - start)) s: $out/compare.png"
 exit $status

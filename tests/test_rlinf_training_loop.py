@@ -83,6 +83,36 @@ def _color_pixels(png: Path, rgb: tuple[int, int, int]) -> int:
     return int((np.abs(pixels - np.array(rgb)).sum(axis=-1) < 30).sum())
 
 
+def _run_tiny(args: list[str], tmp_path: Path, timeout: float = 840) -> str:
+    """scripts/run_tiny_experiments.sh with args; its output (also in tmp_path/script.log)."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")},
+        "LIBERO_VENV": str(LIBERO_VENV),
+        "RLINF_EXAMPLES": str(SHARED_CONFIGS.parent.parent),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # the scripts' traps stop the server and RLinf's Ray session
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    (tmp_path / "script.log").write_text(output)
+    assert proc.returncode == 0, output[-5000:]
+    return output
+
+
 def test_readme_tiny_command_is_this_script():
     readme = (REPO / "README.md").read_text()
     block = readme.split("<!-- front-door:tiny -->", 1)[1].split("```", 2)[1]
@@ -97,31 +127,7 @@ def test_tiny_runs_a_b_c_through_rlinfs_entry_point(tmp_path):
         pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
     port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")},
-        "LIBERO_VENV": str(LIBERO_VENV),
-        "RLINF_EXAMPLES": str(SHARED_CONFIGS.parent.parent),
-        "PYTHON": sys.executable,
-    }
-    proc = subprocess.Popen(
-        ["bash", str(SCRIPT), "--out", str(out), "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=840)
-    finally:
-        if proc.poll() is None:  # the scripts' traps stop the server and RLinf's Ray session
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.communicate(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-    (tmp_path / "script.log").write_text(output)
-    assert proc.returncode == 0, output[-5000:]
+    _run_tiny(["--out", str(out), "--port", str(port)], tmp_path)
     assert not _processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
     assert not _port_open(port), "the reward server outlived the script"
 
@@ -169,3 +175,50 @@ def test_tiny_runs_a_b_c_through_rlinfs_entry_point(tmp_path):
     assert {r["run"] for r in rows if r["metric"] == "env/return"} == {"A", "B", "C"}
     for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C)):  # matplotlib C0, C1, C2: A, B, C
         assert _color_pixels(png, color) > 100, color
+
+
+MANISKILL_COEF = 1.0  # env.train.reward_coef in the ManiSkill run configs
+
+
+@pytest.mark.maniskill
+@pytest.mark.timeout(600)
+def test_tiny_maniskill_runs_native_and_judged_through_rlinfs_entry_point(tmp_path):
+    """Runs A (ManiSkill's dense reward) and B (the judge) of the ManiSkill configs: RLinf's PPO
+    with its MLP policy on PickCube-v1, one env, 16 steps, 2 training steps (the script's
+    TINY_MANISKILL), ManiSkill's CPU physics rendering on lavapipe."""
+    if not (LIBERO_VENV / "bin" / "python").exists():
+        pytest.skip(f"no simulator environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
+    out = tmp_path / "tiny"
+    port = free_port()
+    _run_tiny(["--env", "maniskill", "--runs", "A,B", "--out", str(out), "--port", str(port)], tmp_path, timeout=480)
+    assert not _processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
+    assert not _port_open(port), "the reward server outlived the script"
+    runs = {run: _scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "AB"}
+
+    # Run A: the simulator's own reward, ManiSkill's normalized dense reward at every step
+    a = runs["A"]
+    assert not [tag for tag in a if tag.startswith("env/vlm_")]
+    assert np.all(_values(a, "env/return") > 0)
+    assert np.all(np.isfinite(_values(a, "rollout/rewards")))
+
+    # Run B: the judge's score, given once, at the episode's end (truncation at step 16)
+    b = runs["B"]
+    scores = _values(b, "env/vlm_score")
+    assert np.all((scores > 0) & (scores < 1)), scores
+    assert np.all(_values(b, "env/vlm_fallback") == 0)
+    assert np.all(_values(b, "env/vlm_latency_ms") > 0)
+    assert np.all(_values(b, "env/success_once") == 0)  # ManiSkill's flag: a random policy never succeeds
+    assert np.allclose(_values(b, "env/return"), MANISKILL_COEF * scores, rtol=1e-4)
+    # PPO trained on it, plus the critic's bootstrap at the truncated step (bootstrap_type: always),
+    # so rollout/rewards is not the env's reward alone here
+    assert np.all(np.isfinite(_values(b, "rollout/rewards")))
+    assert "env/vlm_audit/episodes" in b  # audited against ManiSkill's success flag
+    served = (out / "runB" / "server_metrics.txt").read_text()
+    assert _server_count(served, "/score/batch") == TRAIN_STEPS  # one batch request per step that ended episodes
+    assert _server_count(served, "/score") == 0
+
+    png = out / "compare.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+    assert re.findall(r"^([AB])\s+(\d)\s", (out / "summary.txt").read_text(), re.M) == [
+        (run, str(step)) for run in "AB" for step in range(TRAIN_STEPS)
+    ]
