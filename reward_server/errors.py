@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
 from reward_client.protocol import ErrorBody, ItemError
@@ -119,9 +120,27 @@ def error_response(exc: BaseException, path: str = "") -> JSONResponse:
     return JSONResponse(render_error(status, error, path, param), status_code=status, headers=headers)
 
 
+# routing errors (no such route, wrong method) in the product's shape rather than Starlette's
+_HTTP_TYPES = {404: "not_found", 405: "method_not_allowed"}
+
+
 def install_handlers(app: FastAPI) -> None:
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, request.url.path)
+
+    async def handle_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        path, status = request.url.path, exc.status_code
+        if status == 404:
+            message = f"no route {path!r}; GET /openapi.json lists the routes"
+        elif status == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"{request.method} is not allowed on {path!r}" + (f"; allowed: {allowed}" if allowed else "")
+        else:
+            message = str(exc.detail)
+        error = ItemError(type=_HTTP_TYPES.get(status, "http_error"), message=message)
+        return JSONResponse(render_error(status, error, path), status_code=status, headers=exc.headers)
+
+    app.add_exception_handler(StarletteHTTPException, handle_http)
 
     async def handle_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         # routes read their bodies themselves (decoding.py); this covers anything FastAPI validates

@@ -32,7 +32,8 @@ and `param` the request field at fault:
 | 400 | the video cannot be used (not a container the server reads, not a regular file, undecodable), unknown backend, an option the backend or this deployment does not support, `max_tokens` over `--max-tokens-limit`; under `/v1`: an image that cannot be used (not a JPEG, PNG or WebP data URL or file under `--video-root`; http(s) URLs are never fetched), more images than `--max-images-per-request`, `stream: true`, `n` other than 1 |
 | 401 | `--api-key` is set and the request has no or a wrong `Authorization: Bearer` header |
 | 403 | `video_path` outside the server's `--video-root` directories |
-| 404 | under `/v1`: `model` names a model this server does not serve (`GET /v1/models` lists it) |
+| 404 | no such route (`not_found`); under `/v1` also `model` naming a model this server does not serve (`model_not_found`; `GET /v1/models` lists it) |
+| 405 | a route asked with a method it does not take (`method_not_allowed`; `Allow` names those it does) |
 | 408 | the body stalled for `--body-timeout-s` (or the request head for `--header-timeout-s`) |
 | 411 | a raw batch body without `Content-Length` |
 | 413 | body larger than `--max-body-mb` or than `--max-inflight-mb` allows at all; a video or image over a decode budget (`--max-video-frames`, `--max-frame-pixels`, checked from the header before decoding, `--decode-timeout-s`, `--decode-memory-mb`); more episodes than `--max-queue` in one request |

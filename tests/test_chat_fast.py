@@ -242,6 +242,17 @@ def test_malformed_messages_are_clear_errors(server, body, status, fragment):
     assert fragment in openai_error(post(f"{server.url}{CHAT}", json=body), status)["message"]
 
 
+def test_unknown_routes_and_methods(server):
+    err = openai_error(post(f"{server.url}/v1/completions", json={}), 404, "not_found")
+    assert err["type"] == "not_found_error" and "/v1/completions" in err["message"]
+    r = get(f"{server.url}{CHAT}")
+    assert openai_error(r, 405, "method_not_allowed")["message"].startswith("GET is not allowed")
+    assert r.headers["allow"] == "POST"
+    # outside /v1 the server's own shape
+    r = get(f"{server.url}/nope")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+
+
 def test_invalid_json_and_wrong_content_type(server):
     openai_error(post(f"{server.url}{CHAT}", content=b"{not json", headers={"content-type": "application/json"}), 422)
     openai_error(post(f"{server.url}{CHAT}", content=b"x", headers={"content-type": "text/plain"}), 415)
