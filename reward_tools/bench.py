@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import platform
+import secrets
 import shlex
 import statistics
 import sys
@@ -97,10 +98,12 @@ def style_kwargs(style: str) -> BackendKwargs:
 
 class Episodes:
     """Hands out episodes never sent before, so no measurement is helped by the engine's
-    prefix or multimodal caches (every real episode is new)."""
+    prefix or multimodal caches (every real episode is new). Two benchmark processes against one
+    server must start from different seeds (`--first-seed`; by default a random one), or the
+    second is served from the first one's caches."""
 
-    def __init__(self, frames: int, size: int):
-        self.frames, self.size, self.next_seed = frames, size, 0
+    def __init__(self, frames: int, size: int, first_seed: int = 0):
+        self.frames, self.size, self.next_seed = frames, size, first_seed
 
     def take(self, n: int) -> list[np.ndarray]:
         seeds = range(self.next_seed, self.next_seed + n)
@@ -249,9 +252,17 @@ class PeerPath:
         pass
 
 
-async def run(paths: dict[str, Callable], styles: list[str], ns: list[int], repeats: int, frames: int, size: int):
+async def run(
+    paths: dict[str, Callable],
+    styles: list[str],
+    ns: list[int],
+    repeats: int,
+    frames: int,
+    size: int,
+    first_seed: int = 0,
+):
     results = []
-    episodes = Episodes(frames, size)
+    episodes = Episodes(frames, size, first_seed)
     for style in styles:
         for name, fn in paths.items():
             await fn(episodes.take(4), style)  # warm-up: kernels, graphs, connections
@@ -270,9 +281,11 @@ async def run(paths: dict[str, Callable], styles: list[str], ns: list[int], repe
     return results
 
 
-async def first_batch(paths: ServerPaths, style: str, n: int, repeats: int, frames: int, size: int) -> dict:
+async def first_batch(
+    paths: ServerPaths, style: str, n: int, repeats: int, frames: int, size: int, first_seed: int = 0
+) -> dict:
     """The first batch the server sees, then `repeats` steady ones, all new episodes."""
-    episodes = Episodes(frames, size)
+    episodes = Episodes(frames, size, first_seed)
     walls, errors = [], 0
     for _ in range(1 + max(1, repeats)):
         wall, responses, _ = await paths.hook_raw(episodes.take(n), style)
@@ -321,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=None,
+        help="seed of the first episode (default: random, so a second run against the same server sends new episodes)",
+    )
     parser.add_argument("--out", default="bench.json")
     parser.add_argument("--startup-timeout", type=float, default=900)
     parser.add_argument(
@@ -336,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--first-batch needs --launch (a server started for it) or --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # episodes a million apart per run: a later run never repeats an earlier one's frames
+    first_seed = args.first_seed if args.first_seed is not None else secrets.randbelow(2**20) * 1_000_000
 
     server = None
     url = args.url
@@ -364,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
             peer = PeerPath(args.peer_url, args.peer_model or "")
             chosen["peer"] = peer.peer
         if args.first_batch:
-            measure = first_batch(server_paths, args.styles[0], args.n[0], args.repeats, args.frames, args.size)
+            measure = first_batch(
+                server_paths, args.styles[0], args.n[0], args.repeats, args.frames, args.size, first_seed
+            )
 
             async def first():
                 try:
@@ -381,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
         async def go():
             try:
-                return await run(chosen, args.styles, args.n, args.repeats, args.frames, args.size)
+                return await run(chosen, args.styles, args.n, args.repeats, args.frames, args.size, first_seed)
             finally:
                 for close in closers:
                     await close()

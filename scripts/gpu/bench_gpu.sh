@@ -14,7 +14,7 @@
 # warmup: the first batch after the server started against the steady ones that follow
 #       (reward_tools.bench --first-batch), per row of WARMUP_ROWS (default "off on full": no
 #       warm-up, the default warm-up batch of 8, a warm-up batch of N), one GPU.
-# ceiling: each setting of CEILING (default "bf16 fp8 fp8kv encoder": bf16; FP8 weights; FP8
+# ceiling: each setting of CEILING (default "bf16 fp8 fp8kv compile": bf16; FP8 weights; FP8
 #       weights and KV cache; the vision encoder compiled and in CUDA graphs) on the hook path,
 #       bf16 also with frames put on the grid by the client (--to-grid), then the score fidelity
 #       of each setting against bf16 on the same episodes (reward_tools.fidelity); one GPU. Keep
@@ -155,7 +155,7 @@ PY
   ceiling)
     url=http://127.0.0.1:18080
     done_settings=()
-    for name in ${CEILING:-bf16 fp8 fp8kv encoder}; do
+    for name in ${CEILING:-bf16 fp8 fp8kv compile}; do
       case $name in
         bf16) flags="" ;;
         fp8) flags="--quantization fp8" ;;
