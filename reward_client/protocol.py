@@ -170,6 +170,14 @@ class ScoreOptions(BaseModel):
     backend: str | None = Field(default=None, max_length=128, description="Must name the server's backend when given.")
     backend_kwargs: BackendKwargs = Field(default_factory=BackendKwargs)
     request_id: str | None = Field(default=None, max_length=128)
+    progress_points: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NFRAMES,
+        description="1: one score for the whole episode. K > 1: a progress curve of K values, point k "
+        "judging the frames [0, ceil(k*T/K)) of the T frames the model sees (reward_client.progress); "
+        "K must not exceed T (nor the server's --max-progress-points).",
+    )
 
     @field_validator("task_text")
     @classmethod
@@ -268,19 +276,32 @@ class Timings(BaseModel):
 class ScoreResponse(BaseModel):
     """The judgement of one episode. `score` is in [0, 1], or null with `parse_status` saying why."""
 
-    score: float | None = Field(description="In [0, 1]; null when the model's answer could not be parsed.")
-    model_output: str = Field(description="The model's raw text ('' in logprob mode).")
+    score: float | None = Field(
+        description="In [0, 1]; null when the model's answer could not be parsed. With a curve: its last point."
+    )
+    model_output: str = Field(description="The model's raw text ('' in logprob mode); with a curve, the last point's.")
     backend: str
     parse_status: ParseStatus
     parse_error: str | None = None
     raw_value: float | None = Field(default=None, description="The number read from the answer, before scaling.")
     score_mode: ScoreMode
     nframes: int = Field(description="Frames the model saw, after normalization.")
-    prompt_tokens: int | None = None
+    prompt_tokens: int | None = Field(default=None, description="Prompt tokens (all points' together for a curve).")
     output_tokens: int | None = None
     timings: Timings = Field(default_factory=Timings)
     request_id: str | None = None
-    prompt: str | None = Field(default=None, description="The rendered prompt, when return_prompt was asked.")
+    prompt: str | None = Field(
+        default=None, description="The rendered prompt, when return_prompt was asked (a curve: the last point's)."
+    )
+    progress: list[float | None] | None = Field(
+        default=None,
+        description="With progress_points K > 1: K values in [0, 1], point k for the prefix of frames "
+        "[0, ceil(k*T/K)); null where that point's answer could not be parsed. `score` is the last one.",
+    )
+    cached_tokens: int | None = Field(
+        default=None,
+        description="Prompt tokens the engine took from its prefix cache instead of computing (where it says).",
+    )
 
 
 class BatchScoreRequest(BaseModel):

@@ -73,6 +73,7 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         batch_wait_ms=settings.effective_batch_wait_ms(),
         seed=settings.seed,
         max_images=settings.max_images_per_request,
+        max_videos=settings.max_progress_points,
         options=settings.engine_options(),
     )
 

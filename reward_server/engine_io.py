@@ -28,7 +28,7 @@ class ImagePart:
 
 @dataclass(frozen=True)
 class VideoPart:
-    pass
+    """A video item; a request's videos fill its VideoParts in order (EngineRequest.videos())."""
 
 
 Part = TextPart | ImagePart | VideoPart
@@ -107,6 +107,13 @@ class EngineRequest:
     sampling: Sampling = field(default_factory=Sampling)
     fps: float = 2.0  # of the frames sent; Qwen2.5-VL turns it into temporal positions
     request_id: str = ""
+    # Several videos in prompt order instead of `video`: the clips of a progress curve's prefix
+    # (each prefix a prompt prefix of the next, so an engine with a prefix cache reuses them).
+    clips: list[np.ndarray] = field(default_factory=list)
+
+    def videos(self) -> list[np.ndarray]:
+        """Every video item in prompt order (one per VideoPart)."""
+        return ([self.video] if self.video is not None else []) + list(self.clips)
 
 
 @dataclass(frozen=True)
@@ -131,3 +138,4 @@ class EngineOutput:
     queue_ms: float = 0.0  # waiting inside the engine before being scheduled, where the engine says
     started: float = 0.0  # perf_counter when the engine began this request's computation
     token_logprobs: list[TokenLogprob] | None = None  # when Sampling.logprobs asked for them
+    cached_tokens: int | None = None  # prompt tokens taken from the engine's prefix cache, where it says

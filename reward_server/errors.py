@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
+from reward_client.progress import ProgressPointsError
 from reward_client.protocol import ErrorBody, ItemError
 from reward_server.admission import Overloaded, TooMuchForServer
 from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
@@ -63,6 +64,7 @@ class TooManyImages(BadRequest):
 _CLASSES: list[tuple[type[BaseException], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
     (InvalidBody, 422, "invalid_request"),
+    (ProgressPointsError, 422, "invalid_request"),
     (BodyTooLarge, 413, "body_too_large"),
     (TooMuchForServer, 413, "request_too_large"),
     (LengthRequired, 411, "length_required"),

@@ -20,6 +20,7 @@ from functools import partial
 import numpy as np
 
 from reward_client import raw_batch
+from reward_client.progress import check_points
 from reward_client.protocol import (
     FAILED_PARSE_STATUSES,
     BatchItem,
@@ -61,6 +62,12 @@ class Frames:
 
     video: np.ndarray
     received: float
+
+
+def _total(values) -> int | None:
+    """The sum of the values an engine reported; None if it reported none."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _timed(frames: Callable[[], Awaitable[np.ndarray]], received: float) -> Callable[[], Awaitable[Frames]]:
@@ -334,40 +341,54 @@ class ScoringService:
                 )
             kwargs = options.backend_kwargs
             score_mode = self.profile.resolve_score_mode(kwargs)
+            points = options.progress_points
+            if points > 1:  # a bad K is a 422 (errors.py) naming the range
+                check_points(points, len(video), self.settings.max_progress_points)
             prepared = time.perf_counter()
-            request = self.profile.build(options.task_text, video, kwargs, score_mode)
-            request.request_id = uuid.uuid4().hex  # clients may reuse their own ids; the engine may not
+            if points > 1:
+                requests = self.profile.build_curve(options.task_text, video, kwargs, score_mode, points)
+            else:
+                requests = [self.profile.build(options.task_text, video, kwargs, score_mode)]
+            for k, request in enumerate(requests):  # clients may reuse their own ids; the engine may not
+                request.request_id = f"{uuid.uuid4().hex}-p{k}" if points > 1 else uuid.uuid4().hex
             queued = time.perf_counter()
-            output = await self.engine.generate(request)
-        parsed = self.profile.parse(output, score_mode)
+            if points > 1:
+                outputs = await self.engine.generate_curve(requests)
+            else:
+                outputs = [await self.engine.generate(requests[0])]
+        parsed = [self.profile.parse(output, score_mode) for output in outputs]
+        last, output = parsed[-1], outputs[-1]
         total = time.perf_counter() - started
-        self.metrics.episodes.labels(parsed.status.value).inc()
-        if parsed.status in FAILED_PARSE_STATUSES:
-            self.metrics.parse_failures.labels(parsed.status.value).inc()
+        self.metrics.episodes.labels(last.status.value).inc()
+        for point in parsed:  # a curve's points that could not be parsed count as parse failures
+            if point.status in FAILED_PARSE_STATUSES:
+                self.metrics.parse_failures.labels(point.status.value).inc()
         self.metrics.latency.observe(total)
         self.metrics.engine_latency.observe(output.engine_ms / 1000)
         engine_wall = (time.perf_counter() - queued) * 1000
         return ScoreResponse(
-            score=parsed.score,
+            score=last.score,
             model_output=output.text,
             backend=self.backend,
-            parse_status=parsed.status,
-            parse_error=parsed.error,
-            raw_value=parsed.raw_value,
+            parse_status=last.status,
+            parse_error=last.error,
+            raw_value=last.raw_value,
             score_mode=score_mode,
             nframes=len(video),
-            prompt_tokens=output.prompt_tokens,
-            output_tokens=output.output_tokens,
+            prompt_tokens=_total(o.prompt_tokens for o in outputs),
+            output_tokens=_total(o.output_tokens for o in outputs),
             timings=Timings(
                 receive_ms=(ready.received - started) * 1000,
                 prepare_ms=(prepared - ready.received) * 1000,
                 preprocess_ms=(prepared - started) * 1000,
-                queue_ms=output.queue_ms,
+                queue_ms=min(o.queue_ms for o in outputs),
                 engine_ms=engine_wall,
                 total_ms=total * 1000,
             ),
             request_id=options.request_id,
             prompt=output.prompt if kwargs.return_prompt else None,
+            progress=[p.score for p in parsed] if points > 1 else None,
+            cached_tokens=_total(o.cached_tokens for o in outputs),
         )
 
     def _remaining(self, started: float) -> float:

@@ -94,6 +94,12 @@ class ServerSettings(BaseModel):
     max_images_per_request: int = Field(
         16, ge=1, le=256, description="/v1/chat/completions: images one request may carry (400 above)"
     )
+    max_progress_points: int = Field(
+        32,
+        ge=1,
+        le=256,
+        description="the most points a progress curve may ask for (vllm: videos per prompt; 422 above)",
+    )
     api_key: str | None = Field(None, description="require 'Authorization: Bearer KEY' on every route but /health")
     shutdown_timeout_s: float = Field(60.0, ge=0, description="on SIGTERM: how long in-flight work may finish")
     warmup: bool | None = Field(

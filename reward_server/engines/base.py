@@ -16,6 +16,17 @@ from typing import Any
 from reward_server.engine_io import EngineOutput, EngineRequest
 
 
+async def gather_all(coros: list) -> list:
+    """Await every coroutine together; if one fails or the caller is cancelled, cancel the rest."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class EngineDead(RuntimeError):
     """The engine cannot serve any more requests; the server reports `failed`."""
 
@@ -53,6 +64,7 @@ class EngineConfig:
     batch_wait_ms: float = 10.0  # micro-batching engines: how long a batch waits to fill
     seed: int = 0
     max_images: int = 16  # images one request may carry (chat requests; PRIMO-R1 sends 2)
+    max_videos: int = 32  # videos one request may carry (a progress curve's prefix: one per point)
     options: dict[str, Any] = field(default_factory=dict)  # engine-specific (the fake engine's script)
 
 
@@ -66,6 +78,11 @@ class EngineStats:
     peak_running: int = 0  # the same since the last `take_peak` (what /stats reports as `peak_running`)
     batches: int = 0  # micro-batches run (engines that batch themselves)
     max_batch_size: int = 0  # largest micro-batch; vLLM: most requests its scheduler ran in one step
+    curves: int = 0  # progress curves asked for (each point is one of `requests`)
+    prompt_tokens: int = 0  # prompt tokens of finished requests
+    cached_tokens: int = 0  # of those, taken from the prefix cache (engines that have one: vLLM)
+    prefix_cache_queries: int = 0  # vLLM's own prefix-cache counters: tokens looked up
+    prefix_cache_hits: int = 0  # ... and found
 
     def submitted(self) -> None:
         self.requests += 1
@@ -88,6 +105,10 @@ class EngineStats:
         """Zero every counter (after the start-up warm-up: the counters describe real requests)."""
         for name, value in EngineStats().__dict__.items():
             setattr(self, name, value)
+
+    def record_output(self, output: EngineOutput) -> None:
+        self.prompt_tokens += output.prompt_tokens or 0
+        self.cached_tokens += output.cached_tokens or 0
 
     def record_batch(self, size: int) -> None:
         self.batches += 1
@@ -144,10 +165,19 @@ class Engine(ABC):
         try:
             output = await self._generate(request)
             aborted = False
+            self.stats.record_output(output)
             return output
         finally:
             self.stats.ended(aborted)
             self._tasks.pop(request.request_id, None)
+
+    async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        """The points of a progress curve (Profile.build_curve: each prompt a prefix of the last
+        one's up to its question), answered in order. Here all go in at once, so an engine that
+        batches runs them together; an engine with a prefix cache orders them to reuse it.
+        Cancelling the caller aborts every point."""
+        self.stats.curves += 1
+        return await gather_all([self.generate(r) for r in requests])
 
     def abort(self, request_id: str) -> bool:
         """Stop a running request; its caller sees CancelledError. False if it is not running."""

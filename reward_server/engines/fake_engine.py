@@ -81,9 +81,10 @@ class FakeEngine(Engine):
                 tokens += 1
                 self.tokens_generated += 1
         # the last picture the model sees: the video's last frame, else the last image
-        last = request.video[-1] if request.video is not None else (request.images[-1] if request.images else None)
+        videos = request.videos()
+        last = videos[-1][-1] if videos else (request.images[-1] if request.images else None)
         brightness = float(last.mean()) / 255 if last is not None and last.size else 0.0
-        frames = (0 if request.video is None else request.video.shape[0]) + len(request.images)
+        frames = sum(v.shape[0] for v in videos) + len(request.images)
         out = EngineOutput(
             prompt=text,
             prompt_tokens=int(frames * 10 + len(text.split())),

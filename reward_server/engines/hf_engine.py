@@ -144,7 +144,7 @@ class HFEngine(Engine):
         """The processor's padded batch for requests of one decoding setting, and their prompts."""
         prompts = [render(self._processor, r.chat) for r in requests]
         images = [img for r in requests for img in r.images]
-        videos = [r.video for r in requests if r.video is not None]
+        videos = [v for r in requests for v in r.videos()]
         extra: dict[str, Any] = {}
         if videos:
             extra = {"videos": videos, "videos_kwargs": {"fps": requests[0].fps, "do_sample_frames": False}}

@@ -31,7 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest, TokenLogprob
-from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineInputRejected, EngineRequestFailed
+from reward_server.engines.base import (
+    Engine,
+    EngineConfig,
+    EngineDead,
+    EngineInputRejected,
+    EngineRequestFailed,
+    gather_all,
+)
 from reward_server.engines.vllm_options import check_supported
 from reward_server.prompting import load_processor, render, video_metadata
 
@@ -39,7 +46,8 @@ logger = logging.getLogger(__name__)
 
 
 def _running_tracker(stats):
-    """A vLLM stat logger that keeps the most requests its scheduler ran at once."""
+    """A vLLM stat logger that keeps the most requests its scheduler ran at once and sums its
+    prefix-cache lookups (tokens queried and found)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class RunningTracker(StatLoggerBase):
@@ -49,6 +57,10 @@ def _running_tracker(stats):
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
             if scheduler_stats is not None:
                 stats.max_batch_size = max(stats.max_batch_size, scheduler_stats.num_running_reqs)
+                cache = getattr(scheduler_stats, "prefix_cache_stats", None)  # this step's lookups
+                if cache is not None:
+                    stats.prefix_cache_queries += cache.queries
+                    stats.prefix_cache_hits += cache.hits
 
         def log_engine_initialized(self):
             pass
@@ -75,6 +87,10 @@ def cpu_memory_utilization() -> float:
         pages, free = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES")
         fraction = (free - 2 * 1024**3 / os.sysconf("SC_PAGE_SIZE")) / pages
     return round(min(0.9, max(0.05, 0.8 * fraction)), 3)
+
+
+async def _await(task: asyncio.Future) -> Any:
+    return await task
 
 
 # vLLM flags some request-level failures as retryable (finish_reason "error"): submit again once
@@ -146,6 +162,7 @@ class VllmEngine(Engine):
         self._prep_pool: ThreadPoolExecutor | None = None
         self._supported_tasks: Any = None
         self._serial = threading.Lock()
+        self._prefilled: dict[str, asyncio.Event] = {}  # curve requests whose prefill others wait for
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -161,7 +178,10 @@ class VllmEngine(Engine):
             data_parallel_size=c.data_parallel_size,
             gpu_memory_utilization=c.gpu_memory_utilization or tuned["gpu_memory_utilization"],
             max_num_seqs=c.max_num_seqs,
-            limit_mm_per_prompt={"image": max(2, c.max_images), "video": 1},
+            # a progress curve's prefix shows its clips as separate videos (Profile.build_curve)
+            limit_mm_per_prompt={"image": max(2, c.max_images), "video": max(1, c.max_videos)},
+            # the points of a curve share their prompts up to the question: computed once
+            enable_prefix_caching=True,
             # Logprob scoring restricts the next token to the two answer words and reads their
             # log-probabilities after that restriction: exactly P(yes) vs P(no), one prefill.
             logprobs_mode="processed_logprobs",
@@ -238,8 +258,8 @@ class VllmEngine(Engine):
         """The vLLM prompt dict and sampling params for one request (no model call)."""
         prompt = render(self._processor, request.chat)
         mm: dict[str, Any] = {}
-        if request.video is not None:
-            mm["video"] = [(request.video, video_metadata(len(request.video), request.fps))]
+        if videos := request.videos():
+            mm["video"] = [(v, video_metadata(len(v), request.fps)) for v in videos]
         if request.images:
             mm["image"] = list(request.images)
         inputs: dict[str, Any] = {"prompt": prompt}
@@ -263,8 +283,9 @@ class VllmEngine(Engine):
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
 
-    async def _submit(self, request_id: str, inputs: dict, params: Any) -> Any:
-        """One submission to AsyncLLM; its last output."""
+    async def _submit(self, request_id: str, inputs: dict, params: Any, prefilled: asyncio.Event | None = None) -> Any:
+        """One submission to AsyncLLM; its last output. `prefilled` is set at its first output,
+        when its whole prompt has been computed (and its full blocks are in the prefix cache)."""
         prompt: Any = inputs
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
@@ -273,6 +294,8 @@ class VllmEngine(Engine):
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id):
                 final = out
+                if prefilled is not None:
+                    prefilled.set()
         except Exception as exc:
             if self._llm.errored:
                 raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
@@ -283,14 +306,38 @@ class VllmEngine(Engine):
             raise EngineDead("vLLM returned no output")
         return final
 
+    async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        """The longest prefix first; the moment its prompt is computed (its first output), the
+        shorter ones, whose prompts up to their question are then in the prefix cache: a curve
+        costs about one prefill plus each point's question and partial last block. Submitted
+        together they would be scheduled in one step and each compute its own prefix."""
+        self.stats.curves += 1
+        *shorter, longest = requests
+        prefilled = asyncio.Event()
+        self._prefilled[longest.request_id] = prefilled
+        last = asyncio.ensure_future(self.generate(longest))
+        waiter = asyncio.ensure_future(prefilled.wait())
+        try:
+            await asyncio.wait([last, waiter], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            last.cancel()
+            raise
+        finally:
+            waiter.cancel()
+            self._prefilled.pop(longest.request_id, None)
+        if last.done() and last.exception() is not None:
+            raise last.exception()
+        return await gather_all([*(self.generate(r) for r in shorter), _await(last)])
+
     async def _generate(self, request: EngineRequest) -> EngineOutput:
         if self._llm is None:
             raise EngineDead("the vLLM engine is not running")
         inputs, params = self.prepare(request)
         started = time.perf_counter()
+        prefilled = self._prefilled.get(request.request_id)
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
-            final = await self._submit(request_id, inputs, params)
+            final = await self._submit(request_id, inputs, params, prefilled)
             failure = request_failure(final)
             if failure is None:
                 break
@@ -305,6 +352,7 @@ class VllmEngine(Engine):
             text=completion.text,
             prompt=inputs["prompt"],
             prompt_tokens=len(final.prompt_token_ids or []),
+            cached_tokens=getattr(final, "num_cached_tokens", None),
             output_tokens=len(completion.token_ids),
             finish_reason=completion.finish_reason,
             engine_ms=(time.perf_counter() - started) * 1000,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reward_client.frames import QWEN2_5_VL, FrameSpec
+from reward_client.progress import prefix_ends
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engine_io import EngineOutput, EngineRequest, Sampling
 from reward_server.scoring import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
@@ -93,9 +94,34 @@ class Profile(ABC):
             ignore_eos=kwargs.ignore_eos,
         )
 
-    @abstractmethod
     def build(self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode) -> EngineRequest:
         """The engine request for one episode; video is [T, H, W, 3] uint8, already normalized."""
+        return self.build_clips(task_text, [video], kwargs, score_mode)
+
+    @abstractmethod
+    def build_clips(
+        self, task_text: str, clips: list[np.ndarray], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        """The engine request that judges the frames of `clips`, consecutive pieces of one episode
+        shown in order as separate video items. Everything before the question must depend only
+        on the clips in order, so that one prefix's prompt is a prompt prefix of the next's (the
+        engine's prefix cache reuses it). One clip is the plain request (`video` set)."""
+
+    def build_curve(
+        self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode, points: int
+    ) -> list[EngineRequest]:
+        """One engine request per point of a progress curve, point k judging the frames
+        [0, ceil(k*T/K)) (reward_client.progress). The frames are cut into K clips at those ends,
+        each padded to the model's temporal grouping by repeating its last frame, and prefix k
+        shows clips 1..k: an engine with a prefix cache computes the clips once. A clip of fewer
+        frames than the grouping costs a whole group (K = T on Qwen2.5-VL: twice one video's
+        visual tokens)."""
+        ends = prefix_ends(len(video), points)
+        clips, start = [], 0
+        for end in ends:
+            clips.append(pad_frames(video[start:end], self.frame_spec.temporal_factor))
+            start = end
+        return [self.build_clips(task_text, clips[:k], kwargs, score_mode) for k in range(1, points + 1)]
 
     def parse(self, output: EngineOutput, score_mode: ScoreMode) -> ParseResult:
         if score_mode == "logprob":
@@ -105,6 +131,21 @@ class Profile(ABC):
 
     def parse_text(self, text: str, score_mode: ScoreMode) -> ParseResult:
         return parse_answer(text, answer_format=self.answer_format, scale=scale_for(score_mode, self.prompt_scale))
+
+
+def pad_frames(frames: np.ndarray, multiple: int) -> np.ndarray:
+    """Frames padded to a multiple of `multiple` by repeating the last one (the model's grouping)."""
+    short = -len(frames) % multiple
+    if not short:
+        return frames
+    return np.concatenate([frames, np.repeat(frames[-1:], short, axis=0)])
+
+
+def clip_request(clips: list[np.ndarray], **fields) -> EngineRequest:
+    """An EngineRequest over these clips: one clip is the plain single-video request."""
+    if len(clips) == 1:
+        return EngineRequest(video=clips[0], **fields)
+    return EngineRequest(video=None, clips=list(clips), **fields)
 
 
 def fill_task(template: str, task_text: str) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engine_io import ChatPrompt, EngineRequest, TextPart, VideoPart
-from reward_server.profiles.base import Profile, SamplingDefaults, fill_task
+from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task
 
 PROGRESS_PROMPT = (
     "The video shows a robot arm working on this task: {task}\n"
@@ -31,7 +31,11 @@ class Qwen25VLProfile(Profile):
     score_modes = ("auto", "percentage", "unit", "logprob")
     sampling_defaults = SamplingDefaults(max_tokens=32, temperature=0.0, top_p=1.0)
 
-    def build(self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode) -> EngineRequest:
+    def build_clips(
+        self, task_text: str, clips: list[np.ndarray], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        # the clips of a curve's prefix follow each other as video items, the question after them
         template = kwargs.prompt or (LOGPROB_PROMPT if score_mode == "logprob" else PROGRESS_PROMPT)
-        chat = ChatPrompt(system=kwargs.system_prompt, user=(VideoPart(), TextPart(fill_task(template, task_text))))
-        return EngineRequest(chat=chat, video=video, sampling=self.sampling(kwargs, score_mode), fps=self.fps)
+        user = (*(VideoPart() for _ in clips), TextPart(fill_task(template, task_text)))
+        chat = ChatPrompt(system=kwargs.system_prompt, user=user)
+        return clip_request(clips, chat=chat, sampling=self.sampling(kwargs, score_mode), fps=self.fps)
