@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
+from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.protocol import FramesRef, RawBatchHeader, RawScoreItem, ScoreOptions
 
 CONTENT_TYPE = "application/x-reward-batch"
@@ -90,10 +91,10 @@ def decode_header(head: bytes | memoryview, body_length: int) -> RawBatchHeader:
     end = header_end(head)
     if end > body_length or len(head) < end:
         raise RawBatchError(f"header length {end - _PREFIX.size} is larger than the body")
-    try:
-        data = json.loads(bytes(head[_PREFIX.size : end]))
-    except ValueError as exc:
-        raise RawBatchError(f"header is not valid JSON: {exc}") from None
+    try:  # the server's one bounded decoder: the same limits and errors as its JSON bodies
+        data = loads_bounded(head[_PREFIX.size : end], what="raw batch header", max_bytes=MAX_HEADER_BYTES)
+    except InvalidJSON as exc:
+        raise RawBatchError(str(exc)) from None
     try:
         header = RawBatchHeader.model_validate(data)
     except ValidationError as exc:

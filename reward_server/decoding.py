@@ -14,7 +14,6 @@ Three ways frames arrive, each prepared where it is cheapest and safe:
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import BatchScoreRequest, ScoreOptions, ScoreRequest
@@ -55,20 +55,11 @@ def validation_message(errors: list) -> str:
     return "; ".join(parts) or "invalid request body"
 
 
-def _loads(body: bytes | memoryview):
-    try:
-        import orjson
-
-        return orjson.loads(body)
-    except ImportError:
-        return json.loads(bytes(body))
-
-
 def _validate(model: type[BaseModel], body: bytes) -> BaseModel:
-    try:
-        data = _loads(body)
-    except ValueError as exc:
-        raise InvalidBody(f"body is not valid JSON: {exc}") from None
+    try:  # one bounded decoder for every body and the raw batch header (same input, same 422)
+        data = loads_bounded(body, what="body")
+    except InvalidJSON as exc:
+        raise InvalidBody(str(exc)) from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
