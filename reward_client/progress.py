@@ -47,4 +47,38 @@ def gains(curve: Sequence[float | None]) -> list[float]:
     return out
 
 
-__all__ = ["ProgressPointsError", "check_points", "gains", "prefix_ends"]
+def _ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for m in range(i, j + 1):
+            ranks[order[m]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def value_order_correlation(curve: Sequence[float | None]) -> float | None:
+    """VOC (TOPReward's metric): Spearman's rank correlation between a curve's values and their
+    order in time, over the points that have a value. 1: the curve only rises; -1: only falls;
+    None where it is undefined (fewer than two values, or all equal)."""
+    points = [(t, v) for t, v in enumerate(curve) if v is not None]
+    if len(points) < 2:
+        return None
+    time_ranks = _ranks([float(t) for t, _ in points])
+    value_ranks = _ranks([v for _, v in points])
+    n = len(points)
+    mean = (n + 1) / 2
+    cov = sum((a - mean) * (b - mean) for a, b in zip(time_ranks, value_ranks, strict=True))
+    var_v = sum((b - mean) ** 2 for b in value_ranks)
+    var_t = sum((a - mean) ** 2 for a in time_ranks)
+    if var_v == 0:
+        return None
+    return cov / (var_t * var_v) ** 0.5
+
+
+__all__ = ["ProgressPointsError", "check_points", "gains", "prefix_ends", "value_order_correlation"]

@@ -78,3 +78,25 @@ def test_first_batch_mode_reports_the_first_batch_against_steady_ones(tmp_path):
     assert printed["first_s"] > 0 and len(printed["steady_s"]) == 2
     assert printed["first_over_steady"] == pytest.approx(printed["first_s"] / printed["steady_median_s"])
     assert printed["warmup"]["episodes"] == 4 and printed["warmup"]["size"] == 64  # auto + logprob, 2 each
+
+
+def test_curve_bench_measures_every_row_in_one_run(tmp_path):
+    """The curve benchmark's short mode against the fake engine: one row per way and K, the
+    server's counters per row, VOC of the three kinds of episode."""
+    out = tmp_path / "curves.json"
+    args = ["--launch", "--engine fake", "--n", "3", "--points", "4", "8", "--repeats", "1", "--size", "56"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench_curves", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert json.loads(proc.stdout) == report
+    rows = {(r["way"], r["k"]): r for r in report["rows"]}
+    assert set(rows) == {("curve", 1), ("curve", 4), ("curve", 8), ("plain", 4), ("plain", 8)}
+    assert rows[("curve", 1)]["over_k1"] == 1.0
+    for (_, k), r in rows.items():
+        assert r["errors"] == 0 and r["n"] == 3 and r["requests"] == 3 * k and r["prompt_tokens"] > 0
+    assert set(report["voc"]) == {"k", "moving", "static", "reversed"} and report["voc"]["k"] == 8

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from reward_client import raw_batch
 from reward_client.client import RewardClient
-from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends
+from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.engine_io import TextPart, VideoPart
 from reward_server.profiles import load_profile
@@ -51,31 +51,41 @@ def test_prefix_ends_is_one_rule():
         check_points(9, 16, limit=8)
     assert gains([0.2, 0.5, None, 0.4]) == pytest.approx([0.2, 0.3, 0.0, -0.1])
     assert sum(gains([0.1, None, 0.7])) == pytest.approx(0.7)
+    assert value_order_correlation([0.1, 0.5, None, 0.9]) == 1.0
+    assert value_order_correlation([0.9, 0.5, 0.1]) == -1.0
+    assert value_order_correlation([0.2, 0.1, 0.1, 0.3]) == pytest.approx(1.5 / 22.5**0.5)  # ties share a rank
+    assert value_order_correlation([0.5, 0.5]) is None and value_order_correlation([None, 0.3]) is None
 
 
 @pytest.mark.parametrize("backend", ["qwen2_5_vl_vllm", "PRIMO-R1"])
-def test_each_point_is_a_prompt_prefix_of_the_next(backend):
+@pytest.mark.parametrize("points", [5, 8, 16])
+def test_each_point_is_a_prompt_prefix_of_the_next(backend, points):
     profile = load_profile(backend)
     video = ramp(16)
-    points = profile.build_curve(TASK, video, BackendKwargs(), "auto", 5)  # ends 4, 7, 10, 13, 16
-    assert len(points) == 5
-    for k, request in enumerate(points, start=1):
+    ends = prefix_ends(16, points)
+    requests = profile.build_curve(TASK, video, BackendKwargs(), "auto", points)
+    assert len(requests) == points
+    shared = []  # per point: its clips that later points share (all but an odd tail)
+    for end, request in zip(ends, requests, strict=True):
         clips = request.videos()
-        assert len(clips) == k and all(len(c) % 2 == 0 for c in clips)  # frames in pairs
-        assert [p for p in request.chat.user if isinstance(p, VideoPart)] == [VideoPart()] * k
+        assert all(len(c) % 2 == 0 for c in clips)  # frames in pairs
+        assert [p for p in request.chat.user if isinstance(p, VideoPart)] == [VideoPart()] * len(clips)
         assert isinstance(request.chat.user[-1], TextPart)
-        # the clips hold exactly the prefix's frames, a clip's odd count padded with its last frame
-        real = np.concatenate(
-            [c[: e - s] for c, s, e in zip(clips, [0, 4, 7, 10, 13], [4, 7, 10, 13, 16], strict=False)]
-        )
-        np.testing.assert_array_equal(real, video[: prefix_ends(16, 5)[k - 1]])
-    for shorter, longer in itertools.pairwise(points):
-        n = len(shorter.videos())
-        for a, b in zip(shorter.videos(), longer.videos()[:n], strict=True):
-            assert a is b  # the same arrays: the engine hashes equal items alike
-        shared = shorter.chat.user.index(VideoPart()) + n  # parts up to the shorter one's last clip
-        assert shorter.chat.user[:shared] == longer.chat.user[:shared]
-        assert shorter.chat.system == longer.chat.system
+        # the clips hold exactly the prefix's frames; a point ending inside a pair has its own tail,
+        # that pair's first frame doubled
+        held = np.concatenate([*clips[:-1], clips[-1][: 1 if end % 2 else None]])
+        np.testing.assert_array_equal(held, video[:end])
+        shared.append(clips[:-1] if end % 2 else clips)
+        if backend == "PRIMO-R1":
+            np.testing.assert_array_equal(request.images[-1], video[end - 1])  # the prefix's own last frame
+    for (short, longer_request), ours in zip(itertools.pairwise(requests), shared, strict=False):
+        n = len(ours)
+        assert all(a is b for a, b in zip(ours, longer_request.videos()[:n], strict=True))  # the same items
+        upto = (1 if backend == "PRIMO-R1" else 0) + n  # chat parts before the first unshared item
+        assert short.chat.user[:upto] == longer_request.chat.user[:upto]
+        assert short.chat.system == longer_request.chat.system
+    visual = sum(len(c) for c in requests[-1].videos())
+    assert visual == 16  # the longest point shows the episode once: no padding in the shared clips
     one = profile.build_curve(TASK, video, BackendKwargs(), "auto", 1)
     assert len(one) == 1 and not one[0].clips and np.array_equal(one[0].video, video)  # K = 1: today's request
 

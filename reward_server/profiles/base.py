@@ -111,17 +111,26 @@ class Profile(ABC):
         self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode, points: int
     ) -> list[EngineRequest]:
         """One engine request per point of a progress curve, point k judging the frames
-        [0, ceil(k*T/K)) (reward_client.progress). The frames are cut into K clips at those ends,
-        each padded to the model's temporal grouping by repeating its last frame, and prefix k
-        shows clips 1..k: an engine with a prefix cache computes the clips once. A clip of fewer
-        frames than the grouping costs a whole group (K = T on Qwen2.5-VL: twice one video's
-        visual tokens)."""
+        [0, e_k), e_k = ceil(k*T/K) (reward_client.progress). The frames are cut into clips at
+        each point's last whole temporal group (pairs on Qwen2.5-VL) and point k shows the clips
+        up to e_k, each a separate video item: every point's clips are the first clips of the
+        longer points', so an engine with a prefix cache computes them once. A point that ends
+        inside a group adds a tail of its own (the group's frames up to e_k, padded with its last
+        one), shown after the shared clips and never reused: K = T costs T/2 extra groups, not a
+        second copy of the episode."""
+        f = self.frame_spec.temporal_factor
         ends = prefix_ends(len(video), points)
-        clips, start = [], 0
+        chain: list[np.ndarray] = []  # the shared clips
+        start = 0
+        requests = []
         for end in ends:
-            clips.append(pad_frames(video[start:end], self.frame_spec.temporal_factor))
-            start = end
-        return [self.build_clips(task_text, clips[:k], kwargs, score_mode) for k in range(1, points + 1)]
+            whole = end - end % f
+            if whole > start:
+                chain.append(video[start:whole])
+                start = whole
+            tail = [pad_frames(video[whole:end], f)] if end > whole else []
+            requests.append(self.build_clips(task_text, [*chain, *tail], kwargs, score_mode))
+        return requests
 
     def parse(self, output: EngineOutput, score_mode: ScoreMode) -> ParseResult:
         if score_mode == "logprob":

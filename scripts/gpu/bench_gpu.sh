@@ -3,7 +3,7 @@
 # ../shared/gpu/prepare_vllm_carry.sh (three carries) and this project's extra wheels were
 # installed into /tmp/site (see docs/performance.md, "Reproduce").
 #
-#   bash scripts/gpu/bench_gpu.sh vllm|hf|split|warmup|ceiling|ray|chat      results go to $OUT (default /tmp/out)
+#   bash scripts/gpu/bench_gpu.sh vllm|hf|split|warmup|ceiling|ray|chat|curves   results go to $OUT (default /tmp/out)
 #
 # vllm: the bare engine, the server on every path users run (hook raw batch, hook JSON batch,
 #       hook MP4 video_path, concurrent /score) and plain `vllm serve` on the same prompt and
@@ -28,6 +28,12 @@
 #       N_SEED=64 concurrent) and RLinf's history-buffer shape (5 frames x 2 views, N_HISTORY=512
 #       concurrent), to this server's /v1/chat/completions and then to plain `vllm serve` on the
 #       same checkpoint and engine settings, one after the other on one GPU; peak RSS of each.
+# curves: progress curves (reward_tools.bench_curves): N episodes ending together scored with K = 1,
+#       8, 16 points through the hook's raw batch, against the same curves the plain way (every
+#       prefix its own request), with the server's prefix-cache counters, per style of
+#       CURVE_STYLES (default "logprob gen32": one prefill per point; 32 new tokens per point, the
+#       cost of a reasoning judge's curve); VOC of the moving, static and reversed episodes' curves.
+#       One GPU, ~2 min a style.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -84,7 +90,7 @@ peak_rss() {  # pid: the process's peak resident memory (VmHWM), children not in
   grep VmHWM "/proc/$1/status" 2>/dev/null || echo "VmHWM: unknown"
 }
 
-case "${1:?vllm, hf, split, warmup, ceiling, ray or chat}" in
+case "${1:?vllm, hf, split, warmup, ceiling, ray, chat or curves}" in
   vllm)
     python3 -m reward_tools.bench_raw --engine vllm --model-path $CKPT $TUNED --n "$N" --styles $STYLES \
       --gpu-memory-utilization 0.85 --out "$OUT/raw_vllm.json" 2>"$OUT/raw_vllm.log"
@@ -258,5 +264,27 @@ PY
     stop_pid $peer
     python3 -m reward_tools.bench_chat --report "$OUT"/chat_server.json "$OUT"/chat_vllm_serve.json \
       | tee "$OUT/table_chat.md"
+    ;;
+  curves)
+    for style in ${CURVE_STYLES:-logprob gen32}; do
+      python3 -m reward_tools.bench_curves --launch "$COMMON --engine vllm $TUNED" --n "$N" --points 1 8 16 \
+        --style "$style" --out "$OUT/curves_$style.json" >"$OUT/curves_$style.txt" 2>"$OUT/curves_$style.log"
+    done
+    python3 - "$OUT"/curves_*.json <<'PY' | tee "$OUT/table_curves.md"
+import json
+import sys
+from pathlib import Path
+
+print("| style | way | K | N | wall s | / K=1 | prompt tokens | cached | computed |")
+print("|---|---|---|---|---|---|---|---|---|")
+for path in sys.argv[1:]:
+    report = json.loads(Path(path).read_text())
+    for r in report["rows"]:
+        row = [report["workload"]["style"], r["way"], r["k"], r["n"], r["wall_s"], r["over_k1"]]
+        row += [r["prompt_tokens"], r["cached_tokens"], r["prompt_tokens"] - r["cached_tokens"]]
+        print("| " + " | ".join(str(x) for x in row) + " |")
+    print(f"| {report['workload']['style']} | VOC K={report['voc']['k']} | moving {report['voc']['moving']} | "
+          f"static {report['voc']['static']} | reversed {report['voc']['reversed']} |||||")
+PY
     ;;
 esac
