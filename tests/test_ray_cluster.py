@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -33,9 +34,19 @@ pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def start(cmd: list[str], log: Path) -> subprocess.Popen:
+def start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def token_env() -> dict[str, str]:
+    """Every process of the cluster gets the same token in the environment, as the README says.
+
+    Ray 2.60's head turns token auth on by itself when ~/.ray/auth_token exists (any earlier local
+    `ray.init()` writes one), but a joining `ray start` does not: without this the worker node and
+    the deployment were refused with InvalidAuthToken on a machine that had such a file.
+    """
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -83,19 +94,21 @@ def test_two_ray_nodes_serve_one_clients_requests_with_one_replica_each(tmp_path
     node += ["--temp-dir", temp, "--block"]
     logs = [tmp_path / name for name in ("head.log", "worker.log", "serve.log")]
     procs: list[subprocess.Popen] = []
+    env = token_env()
     try:
         resources = json.dumps({"node_a": 1, "reward_slot": 1})
         head = [RAY, "start", "--head", "--port", str(gcs), "--include-dashboard", "false", "--resources", resources]
-        procs.append(start([*head, *node], logs[0]))
+        procs.append(start([*head, *node], logs[0], env))
         wait_for(lambda: listening(gcs), 60, "the head node", logs)
         resources = json.dumps({"node_b": 1, "reward_slot": 1})
-        procs.append(start([RAY, "start", "--address", f"127.0.0.1:{gcs}", "--resources", resources, *node], logs[1]))
+        worker = [RAY, "start", "--address", f"127.0.0.1:{gcs}", "--resources", resources]
+        procs.append(start([*worker, *node], logs[1], env))
         serve = [sys.executable, "-m", "reward_server", "serve-ray", "--address", f"127.0.0.1:{gcs}"]
         serve += ["--num-replicas", "2", "--gpus-per-replica", "0", "--cpus-per-replica", "0.5"]
         serve += ["--resources-per-replica", '{"reward_slot": 1}', "--proxy-location", "HeadOnly"]
         serve += ["--max-ongoing-requests", "2", "--engine", "fake", "--engine-option", "delay_ms=300"]
         serve += ["--decode-workers", "1", "--port", str(port)]
-        procs.append(start(serve, logs[2]))
+        procs.append(start(serve, logs[2], env))
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: healthy(url), 90, "the Serve deployment", logs)
 
