@@ -161,7 +161,13 @@ def build_app(service: ScoringService) -> FastAPI:
         service.admit_body(held)
         try:
             reader.start()
-            return await cancel_on_disconnect(work(reader, started, ctype), reader)
+            answer = await cancel_on_disconnect(work(reader, started, ctype), reader)
+            # A raw batch is scored from the bytes its header names, which may end before the
+            # declared length: still answer only a body that arrived whole. One shorter than its
+            # Content-Length is a broken upload, not partial data to score: 408 once it stalls
+            # for --body-timeout-s (a client that closes instead just loses its connection).
+            await reader.read_all()
+            return answer
         finally:
             await reader.close()
             service.release_body(held)

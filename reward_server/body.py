@@ -55,7 +55,10 @@ class BodyReader:
         try:
             while not self.done:
                 try:
-                    message = await asyncio.wait_for(self._receive(), self.idle_timeout_s)
+                    # not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives as the
+                    # message does (close() on an empty body), and this task then never ends
+                    async with asyncio.timeout(self.idle_timeout_s):
+                        message = await self._receive()
                 except TimeoutError:
                     raise BodyTimeout(
                         f"no body data for {self.idle_timeout_s:g} s ({self.received} bytes received)"

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -19,8 +20,12 @@ import threading
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from reward_client.protocol import ItemError
+from reward_server.errors import RETRY_AFTER_S, render_error
+
 logger = logging.getLogger(__name__)
 
+_PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 EXIT_GRACE_S = 15.0  # after the drain: engine shutdown, closing connections
 
 
@@ -47,22 +52,34 @@ def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[Htt
         def _head_timeout(self) -> None:
             self._head_timer = None
             if not self.transport.is_closing():
-                self._reject(408, b"request head not received in time")
+                self._reject(
+                    408,
+                    "header_timeout",
+                    f"request head not received within {header_timeout_s:g} s (--header-timeout-s)",
+                )
 
-        def _reject(self, status: int, reason: bytes) -> None:
+        def _reject(self, status: int, kind: str, message: str) -> None:
+            """Answer from the protocol itself (no request reached the app) and close, in the
+            product's error body like every other refusal."""
             self._rejected = True
             self._disarm()
-            phrase = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+            path = self.scope.get("path", "") if getattr(self, "scope", None) else ""
+            body = json.dumps(render_error(status, ItemError(type=kind, message=message), path)).encode()
+            retry = b"retry-after: %d\r\n" % RETRY_AFTER_S if status == 503 else b""
+            head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, _PHRASES[status])
             self.transport.write(
-                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                % (status, phrase, len(reason), reason)
+                head + b"content-length: %d\r\n%sconnection: close\r\n\r\n%s" % (len(body), retry, body)
             )
             self.transport.close()
 
         def _count(self, n: int) -> None:
             self._head_bytes += n
             if self._head_bytes > max_header_bytes and not self._rejected:
-                self._reject(431, b"request head too large")
+                self._reject(
+                    431,
+                    "request_head_too_large",
+                    f"request line and headers exceed {max_header_bytes // 1024} KiB (--max-header-kb)",
+                )
 
         def data_received(self, data: bytes) -> None:
             if self._rejected:
@@ -87,6 +104,15 @@ def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[Htt
             if self._rejected:
                 return
             self._disarm()
+            limit = self.limit_concurrency
+            if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+                # uvicorn's own refusal is a text/plain 503; this one is the product's error body
+                self.scope["path"] = self.url.split(b"?", 1)[0].decode("latin-1")
+                logger.warning("refused: more than %d connections or requests open (--max-connections)", limit)
+                self._reject(
+                    503, "overloaded", f"the server has {limit} connections or requests open (--max-connections); retry"
+                )
+                return
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
