@@ -71,7 +71,8 @@ class Curves:
         """The hook's way: one raw batch, each episode asking for its K-point curve."""
         started = time.perf_counter()
         items = self._send([(self._options(i, len(v), points), v) for i, v in enumerate(videos)])
-        return time.perf_counter() - started, [item.response for item in items]
+        wall = time.perf_counter() - started
+        return wall, [(item.response.progress or [item.response.score]) if item.response else None for item in items]
 
     def plain(self, videos: list[np.ndarray], points: int) -> tuple[float, list]:
         """Without curves: every prefix sent as an episode of its own (one video each), K x N items."""
@@ -81,9 +82,10 @@ class Curves:
         ]
         items = self._send(episodes)
         wall = time.perf_counter() - started
+        failed = {j // points for j, item in enumerate(items) if item.response is None}
         scores = [item.response.score if item.response else None for item in items]
         curves = [scores[i * points : (i + 1) * points] for i in range(len(videos))]
-        return wall, [c if all(s is not None for s in c) else None for c in curves]
+        return wall, [None if i in failed else c for i, c in enumerate(curves)]
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -94,7 +96,15 @@ def measure(fn, videos, points, counters) -> dict:
     before = counters()
     wall, answers = fn(videos, points)
     after = counters()
-    row = {"k": points, "n": len(videos), "wall_s": round(wall, 4), "errors": sum(a is None for a in answers)}
+    # errors: episodes with a request that failed; unparsed: points answered with no number (a
+    # random-weight model's free text), the same count for both ways
+    row = {
+        "k": points,
+        "n": len(videos),
+        "wall_s": round(wall, 4),
+        "errors": sum(a is None for a in answers),
+        "unparsed": sum(v is None for a in answers if a is not None for v in a),
+    }
     row.update({k: after[k] - before[k] for k in COUNTERS})
     return row
 
@@ -133,7 +143,7 @@ def run(curves: Curves, episodes: Episodes, n: int, points: list[int], repeats: 
         ("reversed", [np.ascontiguousarray(v[::-1]) for v in videos]),
     ):
         _, answers = curves.curve(batch, top)
-        voc[name] = mean_voc([a.progress if a is not None else None for a in answers])
+        voc[name] = mean_voc(answers)
     return {"rows": rows, "voc": {"k": top, **voc}}
 
 

@@ -99,4 +99,5 @@ def test_curve_bench_measures_every_row_in_one_run(tmp_path):
     assert rows[("curve", 1)]["over_k1"] == 1.0
     for (_, k), r in rows.items():
         assert r["errors"] == 0 and r["n"] == 3 and r["requests"] == 3 * k and r["prompt_tokens"] > 0
+        assert r["unparsed"] == 0  # the fake engine always answers a number
     assert set(report["voc"]) == {"k", "moving", "static", "reversed"} and report["voc"]["k"] == 8
