@@ -150,6 +150,10 @@ class ManiSkillAdapter:
         values = self.hook.step(self.view(obs, infos, terminations, truncations))
         return torch.as_tensor(self.reward_coef * values, dtype=torch.float32, device=self.env.device)
 
+    def place_rewards(self, current: Any, earlier: list[Any], chunk_index: int) -> int:
+        """RLinf's env worker hands over its rewards after each chunk step (the hook's `place_rewards`)."""
+        return self.hook.place_rewards(current, earlier, chunk_index)
+
     def episode_info(self) -> dict[str, Any]:
         """The hook's per-episode values as tensors on the env's device, for `infos["episode"]`."""
         import torch

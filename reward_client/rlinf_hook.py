@@ -13,6 +13,14 @@ then the judge's score (or its binary threshold) for the rest of the episode. RL
 arithmetic then gives `reward_coef * score` once, at the first done step, under
 `use_rel_reward`; envs that keep stepping after done are not scored again.
 
+With `progress_points: K > 1` the judge returns a progress curve, and under `use_rel_reward` the
+hook also works out where the terminal reward was earned: each point's gain times reward_coef
+belongs to the action whose frame ends that point's prefix (reward_client.dense). The env still
+hands RLinf the terminal reward; RLinf's env worker (rlinf_patches/env_worker.patch) then moves
+those parts back to their steps in its rollout buffer (`place_rewards`), so the rewards the actor
+trains on are dense and still sum to `reward_coef * score`. Without `use_rel_reward`, a curve
+changes no reward.
+
 All envs that end in the same step are judged in one batch request, with the canary probes of
 some of them (reward_client.canary); the judge is audited against the env's own success flag
 (reward_client.audit). Neither touches a reward.
@@ -34,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reward_client.audit import CanaryTally, JudgeAudit, task_key
 from reward_client.canary import CANARY_KINDS, CanaryKind, CanaryPlanner
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
+from reward_client.dense import Move, model_frame_count, moves, place, point_frames
 from reward_client.env_adapters import EnvStep, LiberoAdapter
 from reward_client.episodes import EpisodeBuffers
 from reward_client.frames import to_grid
@@ -85,6 +94,13 @@ class RewardModelConfig(BaseModel):
     canary_fraction: float = Field(0.0, ge=0.0, le=1.0, description="share of episodes also sent as canary probes")
     canary_kinds: list[CanaryKind] = Field(default_factory=lambda: list(CANARY_KINDS))
     canary_tasks: list[str] = Field(default_factory=list, description="wrong_task instructions besides the envs' tasks")
+    progress_points: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="K > 1: ask for a progress curve of K points (at most the frames sent); under use_rel_reward "
+        "each point's gain is placed at the step where its prefix ends (needs rlinf_patches/env_worker.patch)",
+    )
 
 
 class VLMRewardHook:
@@ -94,11 +110,29 @@ class VLMRewardHook:
         num_envs: int,
         ignore_terminations: bool = False,
         client: RewardClient | None = None,
+        reward_coef: float = 1.0,
+        use_rel_reward: bool = False,
+        auto_reset: bool = False,
     ):
         self.config = config
         self.num_envs = num_envs
         self.ignore_terminations = ignore_terminations
+        self.reward_coef = reward_coef
+        # a curve places rewards only where RLinf rewards the change of the hook's value (the
+        # success bonus appears once): without use_rel_reward it would stand at every later step
+        self.dense = config.progress_points > 1 and use_rel_reward
+        if self.dense and auto_reset:
+            raise ValueError(
+                "env.train.reward_model.progress_points > 1 places rewards within an episode, which needs episodes "
+                "that start with the rollout epoch: set env.train.auto_reset: False, or progress_points: 1"
+            )
+        self.pending: dict[int, list[Move]] = {}  # env -> reward moves not yet placed by the env worker
+        self.curves: dict[int, list[float | None]] = {}  # env -> its episode's progress curve, once judged
+        self.moved = np.zeros(num_envs, dtype=np.float64)  # reward moved back from each env's done step
+        self.placed = 0  # rewards placed in RLinf's rollout buffer so far
+        self._unplaced_warned = False
         self.buffers = EpisodeBuffers(num_envs, config.nframes)
+        self.spec = self.buffers.spec  # the frame layout the server follows (pairs for Qwen2.5-VL)
         self.client = client or RewardClient(
             config.url,
             RetryPolicy(deadline_s=config.deadline_s, timeout_s=config.timeout_s),
@@ -139,7 +173,14 @@ class VLMRewardHook:
             raw = OmegaConf.to_container(raw, resolve=True)
         except ImportError:
             raw = dict(raw)
-        return cls(RewardModelConfig.model_validate(raw), num_envs, ignore_terminations=bool(cfg.ignore_terminations))
+        return cls(
+            RewardModelConfig.model_validate(raw),
+            num_envs,
+            ignore_terminations=bool(cfg.ignore_terminations),
+            reward_coef=float(cfg.get("reward_coef", 1.0)),
+            use_rel_reward=bool(cfg.get("use_rel_reward", False)),
+            auto_reset=bool(cfg.get("auto_reset", False)),
+        )
 
     def _wait_for_server(self) -> None:
         if self.config.wait_ready_s <= 0:
@@ -166,10 +207,20 @@ class VLMRewardHook:
         ids = np.arange(self.num_envs) if env_idx is None else np.atleast_1d(np.asarray(env_idx, dtype=np.int64))
         frames = np.asarray(frames)
         self.buffers.start(ids, frames[ids])
-        for arr in (self.values, self.scores, self.fallback, self.latency_ms):
+        for arr in (self.values, self.scores, self.fallback, self.latency_ms, self.moved):
             arr[ids] = 0.0
         self.judged[ids] = False
         self.env_success[ids] = False
+        for env in map(int, ids):
+            self.curves.pop(env, None)
+        stale = [env for env in map(int, ids) if self.pending.pop(env, None)]
+        if stale and not self._unplaced_warned:
+            self._unplaced_warned = True
+            logger.warning(
+                "VLM reward: the progress-curve rewards of envs %s were never placed (is rlinf_patches/"
+                "env_worker.patch applied?); their episodes kept the terminal reward",
+                stale,
+            )
         for window in (self.audit, self.canaries):
             if window is not None and len(ids) == self.num_envs:  # every env restarts: a new rollout epoch
                 window.new_window()
@@ -211,6 +262,18 @@ class VLMRewardHook:
         (LIBERO's) name the per-task audit scalars (else a slug of the task text does)."""
         return self.step(LiberoAdapter.view(main_images, task_descriptions, terminations, truncations, task_ids))
 
+    def place_rewards(self, current: Any, earlier: list[Any], chunk_index: int) -> int:
+        """Called by RLinf's env worker after each chunk step (rlinf_patches/env_worker.patch):
+        move the parts of this step's terminal rewards that a progress curve places earlier.
+        `current` is the chunk just stepped ([num_envs, actions per chunk], chunk `chunk_index`
+        of the rollout epoch), `earlier` the worker's rewards of the epoch's chunks before it."""
+        if not self.pending:
+            return 0
+        pending, self.pending = self.pending, {}
+        placed = place(pending, current, earlier, chunk_index)
+        self.placed += placed
+        return placed
+
     def episode_info(self) -> dict[str, np.ndarray]:
         """Per-episode values for `infos["episode"]` (RLinf logs them as env/<key>), plus this rollout
         epoch's audit and canary aggregates in every env's slot (reward_client.audit says why)."""
@@ -219,6 +282,8 @@ class VLMRewardHook:
             "vlm_fallback": self.fallback.copy(),
             "vlm_latency_ms": self.latency_ms.copy(),
         }
+        if self.dense:  # reward moved back from the done step to where the curve rose
+            info["vlm_moved_reward"] = self.moved.copy()
         for window in (self.audit, self.canaries):
             info.update({k: np.full(self.num_envs, v) for k, v in (window.scalars() if window else {}).items()})
         return info
@@ -229,6 +294,9 @@ class VLMRewardHook:
         self, env: int, task: str, frames: np.ndarray, tag: str | None = None
     ) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
         """(options, frames or video path, file to delete afterwards) for one episode or probe."""
+        points = 1
+        if tag is None and self.config.progress_points > 1:  # a curve for real episodes; probes stay single
+            points = min(self.config.progress_points, model_frame_count(self.spec, self.config.nframes, len(frames)))
         options = ScoreOptions(
             request_id=tag,  # None for real episodes; canary probes are marked
             task_text=task,
@@ -236,6 +304,7 @@ class VLMRewardHook:
             max_pixels=self.config.max_pixels,
             backend=self.config.backend,
             backend_kwargs=BackendKwargs(score_mode=self.config.score_mode),
+            progress_points=points,
         )
         if self.config.transport == "video_path" or (self.config.keep_videos and tag is None):
             from reward_client.video_io import write_mp4
@@ -330,6 +399,10 @@ class VLMRewardHook:
                 self.values[env] = self._value(score)
                 self.counts["scored"] += 1
                 self._measure(int(env), str(tasks[env]), score)
+                if item.response.progress is not None:
+                    self.curves[int(env)] = item.response.progress
+                    if self.dense:
+                        self._plan_moves(int(env), item.response.progress)
             self.latency_ms[env] = elapsed_ms
             self.judged[env] = True
         logger.info("VLM reward: judged %d episodes in %.0f ms (totals %s)", len(envs), elapsed_ms, self.counts)
@@ -353,6 +426,17 @@ class VLMRewardHook:
             self.audit.record(task_key(task_id, task), task, score, success)
         if self.canaries is not None:
             self.canaries.record_real(score, success)
+
+    def _plan_moves(self, env: int, curve: list[float | None]) -> None:
+        """Where this episode's terminal reward was earned, by its curve (reward_client.dense)."""
+        values = [None if v is None else self._value(v) for v in curve]
+        steps = self.buffers.steps(env)
+        frame_steps = point_frames(steps, self.config.nframes, len(curve), self.spec)
+        done_action = max(self.buffers.length(env) - 2, 0)  # frames = actions + the reset frame
+        env_moves = moves(frame_steps, values, done_action, self.reward_coef)
+        if env_moves:
+            self.pending[env] = env_moves
+            self.moved[env] = -env_moves[-1][1]
 
     def _value(self, score: float) -> float:
         if self.config.binary_reward:

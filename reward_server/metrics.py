@@ -16,6 +16,9 @@ class Metrics:
         )
         self.episodes = Counter("reward_episodes", "Episodes scored, by parse status", ["status"], registry=r)
         self.parse_failures = Counter("reward_parse_failures", "Answers that gave no score", ["status"], registry=r)
+        self.curve_points = Counter(
+            "reward_curve_points", "Points of the progress curves scored (progress_points > 1)", registry=r
+        )
         self.latency = Histogram(
             "reward_episode_latency_seconds", "Time per episode, end to end", buckets=LATENCY_BUCKETS, registry=r
         )

@@ -360,6 +360,8 @@ class ScoringService:
         last, output = parsed[-1], outputs[-1]
         total = time.perf_counter() - started
         self.metrics.episodes.labels(last.status.value).inc()
+        if points > 1:
+            self.metrics.curve_points.inc(points)
         for point in parsed:  # a curve's points that could not be parsed count as parse failures
             if point.status in FAILED_PARSE_STATUSES:
                 self.metrics.parse_failures.labels(point.status.value).inc()

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Run the A/B/C comparison against a patched RLinf v0.3 checkout, one run after another.
+# Run the A/B/C comparison (and D) against a patched RLinf v0.3 checkout, one run after another.
 #
 #   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] \
 #        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>] [-- OVERRIDE...]
 #
-# --env picks the run configs: libero (default) libero_10_grpo_openvlaoft_run{A,B_qwen,C_primo},
+# --env picks the run configs: libero (default) libero_10_grpo_openvlaoft_run{A,B_qwen,C_primo} and
+# run D, libero_10_ppo_openvlaoft_runD_dense (PPO on the Qwen judge's progress curves: --runs A,B,C,D);
 # maniskill maniskill_ppo_mlp_run{A,B_qwen,C_primo} (one training GPU: --reward-gpus 1).
 #
-# For run B and C it starts the matching reward server on --reward-gpus (kept apart from
+# For run B, C and D it starts the matching reward server on --reward-gpus (kept apart from
 # RLinf's placement, GPUs 0-5 in the run configs), waits for /health, runs
 # `examples/embodiment/run_embodiment.sh <config>`, and stops the server whatever happened.
 # Every run keeps its own reward-server log and RLinf console log under --out; RLinf's own
 # logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
 # recorded in --out/<run>/log_path, the server's /metrics at the end of the run in
 # --out/<run>/server_metrics.txt. Extra server flags: REWARD_SERVER_FLAGS="...".
-# Hydra overrides after `--` go to every run: run_embodiment.sh takes none, so the script then
+# Hydra overrides after `--` go to every run (one written RUN:KEY=VALUE, e.g. D:algorithm.update_epoch=1,
+# to that run only): run_embodiment.sh takes none, so the script then
 # starts train_embodied_agent.py itself exactly as run_embodiment.sh does, plus the overrides
 # (and the reward server's URL for B/C), with RLINF_PYTHON (default: python), under
 # RUN_TIMEOUT_S if set (a dead Ray worker can hang the driver).
@@ -53,8 +55,8 @@ launcher="$RLINF_DIR/examples/embodiment/run_embodiment.sh"
 IFS=, read -r -a run_list <<<"$runs"
 for run in "${run_list[@]}"; do
   case "$run" in
-    A) ;; B) [ -n "$qwen" ] || die "run B needs --qwen-model" ;; C) [ -n "$primo" ] || die "run C needs --primo-model" ;;
-    *) die "unknown run '$run' (A, B or C)" ;;
+    A) ;; B | D) [ -n "$qwen" ] || die "run $run needs --qwen-model" ;; C) [ -n "$primo" ] || die "run C needs --primo-model" ;;
+    *) die "unknown run '$run' (A, B, C or D)" ;;
   esac
 done
 mkdir -p "$out"
@@ -101,7 +103,15 @@ start_server() {  # backend model logfile
 }
 
 run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are overrides
-  if [ ${#overrides[@]} -eq 0 ]; then
+  local mine=() item
+  for item in "${overrides[@]}"; do  # RUN:KEY=VALUE goes to that run alone
+    if [[ $item =~ ^([A-D]):(.*)$ ]]; then
+      [ "${BASH_REMATCH[1]}" != "$1" ] || mine+=("${BASH_REMATCH[2]}")
+    else
+      mine+=("$item")
+    fi
+  done
+  if [ ${#mine[@]} -eq 0 ]; then
     (cd "$RLINF_DIR" && bash examples/embodiment/run_embodiment.sh "$2")
     return
   fi
@@ -121,7 +131,7 @@ run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are
     export ROBOT_PLATFORM=${ROBOT_PLATFORM:-LIBERO} LIBERO_TYPE=${LIBERO_TYPE:-standard}
     exec setsid "${timeout[@]}" "${RLINF_PYTHON:-python}" "$embodied/train_embodied_agent.py" \
       --config-path "$embodied/config/" --config-name "$2" runner.logger.log_path="$log_dir" \
-      "${overrides[@]}" "${extra[@]}"
+      "${mine[@]}" "${extra[@]}"
   ) &
   rlinf_sid=$!
   local rc=0
@@ -136,13 +146,17 @@ case "$env_name" in
   *) die "unknown env '$env_name' (libero or maniskill)" ;;
 esac
 declare -A config=([A]=${prefix}_runA [B]=${prefix}_runB_qwen [C]=${prefix}_runC_primo)
+if [ "$env_name" = libero ]; then config[D]=libero_10_ppo_openvlaoft_runD_dense; fi
+for run in "${run_list[@]}"; do
+  [ -n "${config[$run]:-}" ] || die "run $run has no $env_name config (run D: --env libero)"
+done
 summary=()
 status=0
 for run in "${run_list[@]}"; do
   run_out="$out/run$run"
   mkdir -p "$run_out"
   case "$run" in
-    B) start_server qwen2_5_vl_vllm "$qwen" "$run_out/reward_server.log" ;;
+    B | D) start_server qwen2_5_vl_vllm "$qwen" "$run_out/reward_server.log" ;;
     C) start_server PRIMO-R1 "$primo" "$run_out/reward_server.log" ;;
   esac
   before=$(ls -1d "$RLINF_DIR"/logs/*-"${config[$run]}" 2>/dev/null || true)

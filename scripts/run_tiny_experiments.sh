@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Tiny runs A, B and C through RLinf's own training entry point, then the comparison PNG: the
+# Tiny runs A, B, C and D through RLinf's own training entry point, then the comparison PNG: the
 # whole loop (Hydra config, Ray workers, LIBERO-10 simulator, reward server, TensorBoard) in
-# about 5 minutes on 2 CPU cores.
+# about 7 minutes on 2 CPU cores.
 #
-#   bash scripts/run_tiny_experiments.sh [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C]
+#   bash scripts/run_tiny_experiments.sh [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C,D]
 #        [--judge-model DIR]
 #
 # The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
@@ -12,7 +12,9 @@
 # of both B and C is a random-weight tiny Qwen2.5-VL with the Qwen profile on the transformers
 # engine, scoring in logprob mode: random weights write no number, and PRIMO-R1's profile needs a
 # written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint.
-# scripts/run_experiments.sh starts, health-checks and stops the server for B and C, as at full size.
+# Run D (PPO on the judge's progress curves, dense rewards) gets TINY_D besides: a value head on
+# the mlp_policy, one env per group, one PPO epoch.
+# scripts/run_experiments.sh starts, health-checks and stops the server for B, C and D, as at full size.
 # --env maniskill runs the ManiSkill configs (RLinf's PPO with its MLP policy on PickCube-v1) made
 # small by TINY_MANISKILL: one env (ManiSkill's CPU physics runs one per env object), 16 steps,
 # 56x56 frames, 2 training steps; without CUDA on CPU physics, rendering on Mesa's lavapipe
@@ -50,6 +52,8 @@ TINY=(
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
   runner.max_epochs=2 runner.save_interval=-1
 )
+# Run D's own (run_experiments.sh gives a RUN: override to that run alone): PPO needs the critic.
+TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1)
 # The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
 TINY_MANISKILL=(
   env.train.total_num_envs=1 env.eval.total_num_envs=1
@@ -71,7 +75,7 @@ MANISKILL_CPU=(
 # RLinf's default patch syncer needs CUDA; the bucket syncer also runs on CPU.
 CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
 
-env_name=libero; rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=A,B,C; judge=""; port=""
+env_name=libero; rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; port=""
 examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -81,12 +85,12 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --judge-model) judge=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) die "unknown option '$1' (usage: $0 [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C] [--judge-model DIR] [--port N])" ;;
+    *) die "unknown option '$1' (usage: $0 [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C,D] [--judge-model DIR] [--port N])" ;;
   esac
 done
 case "$env_name" in
-  libero) sim=libero; overrides=("${TINY[@]}") ;;
-  maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}") ;;
+  libero) sim=libero; overrides=("${TINY[@]}" "${TINY_D[@]}"); runs=${runs:-A,B,C,D} ;;
+  maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}"); runs=${runs:-A,B,C} ;;
   *) die "unknown env '$env_name' (libero or maniskill)" ;;
 esac
 
@@ -160,7 +164,7 @@ done
 [ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
 "$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
   --metric env/success_once --metric env/return --metric env/vlm_score --metric train/actor/grad_norm \
-  --title "Tiny A/B/C ($env_name) through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge for B and C)"
+  --title "Tiny ${runs//,/\/} ($env_name) through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge)"
 "$PY" "$ROOT/scripts/tiny_summary.py" "${compare[@]}" | tee "$out/summary.txt"
 log "done in $((SECONDS - start)) s: $out/compare.png"
 exit $status

@@ -25,6 +25,7 @@ COLUMNS = (
     ("env/vlm_fallback", "fallback", "{:.0f}"),
     ("env/vlm_latency_ms", "latency_ms", "{:.0f}"),
     ("rollout/rewards", "trained_reward", "{:.4f}"),
+    ("env/vlm_moved_reward", "moved", "{:.3f}"),
 )
 
 
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write("\n".join(summarize(runs)) + "\n")
     sys.stdout.write(
         "trained_reward: RLinf's rollout/rewards, mean reward over the samples the actor trained on "
-        "(after filter_rewards); group: the step's one GRPO group, kept or dropped by filter_rewards\n"
+        "(after filter_rewards); group: the step's one GRPO group, kept or dropped by filter_rewards; moved "
+        "(run D): reward a progress curve moved back from the done step to where it was earned\n"
     )
     return 0
 

@@ -10,6 +10,10 @@ Scenarios:
          env 0 succeeds (its simulator state is set to the goal), env 1 truncates.
   many   64 envs whose simulator is a scripted stand-in (64 real LIBERO envs need ~170 GB
          here); every env ends in the same step.
+  dense  real LIBERO-10 simulation as `sim`, each episode judged as a progress curve, stepped as
+         RLinf's env worker steps it: RLinf's own rollout buffer (EmbodiedRolloutResult) keeps
+         each chunk's rewards and the patched EnvWorker.place_vlm_rewards runs after every chunk
+         step; reports the rewards of the trajectory that goes to the actor.
   audit  real LIBERO-10 simulation, --envs envs on task 0 for --epochs rollout epochs as RLinf's
          env worker runs them (reset of every env, chunk steps, infos["episode"] read at the last
          chunk step, RLinf's own reduction of what it read); in epoch k env k succeeds. Every
@@ -33,7 +37,8 @@ def compose_env_config(config_dir: str, run: str, overrides: list[str]):
 
     os.environ.setdefault("EMBODIED_PATH", os.path.dirname(config_dir))
     with initialize_config_dir(config_dir=config_dir, version_base="1.1"):
-        cfg = compose(config_name=f"libero_10_grpo_openvlaoft_{run}", overrides=overrides)
+        name = run if run.startswith("libero_") else f"libero_10_grpo_openvlaoft_{run}"
+        cfg = compose(config_name=name, overrides=overrides)
     return cfg.env.train
 
 
@@ -125,6 +130,52 @@ def run_sim(args) -> dict:
         result["counts"] = hook.counts
         result["sent_steps"] = [hook.buffers._buffers[e].steps() for e in range(2)]
     np.save(args.out + ".frames.npy", np.stack(frames, axis=1))  # [env, step, H, W, 3]
+    env.env.close()
+    return result
+
+
+def run_dense(args) -> dict:
+    from types import SimpleNamespace
+
+    from rlinf.data.embodied_io_struct import ChunkStepResult, EmbodiedRolloutResult
+    from rlinf.envs.libero.libero_env import LiberoEnv
+    from rlinf.workers.env.env_worker import EnvWorker
+
+    overrides = reward_overrides(args, task0=True)
+    if args.progress_points is not None:
+        overrides.append(f"++env.train.reward_model.progress_points={args.progress_points}")
+    cfg = compose_env_config(args.config_dir, args.run, overrides)
+    env = LiberoEnv(cfg, num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
+    rollout = EmbodiedRolloutResult(max_episode_length=args.max_steps)
+    worker = SimpleNamespace(env_list=[env], rollout_results=[rollout])  # what place_vlm_rewards reads
+    env.is_start = True  # RLinf's bootstrap_step: every rollout epoch starts with a reset
+    env.reset()
+    chunk, previous, emitted = 4, None, []
+    for k in range(args.max_steps // chunk):
+        if previous is not None:  # the worker appends a chunk's rewards at the next chunk step (cloned)
+            rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))
+        if k == args.goal_chunk:
+            env.env.set_init_state(init_state=[goal_state(env, 0)], id=[0])
+        actions = np.zeros((2, chunk, 7))
+        actions[1, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)
+        _, chunk_rewards, _, _, infos_list = env.chunk_step(actions)
+        emitted.append(np.asarray(chunk_rewards).copy())
+        EnvWorker.place_vlm_rewards(worker, 0, SimpleNamespace(rewards=chunk_rewards), k)
+        previous = chunk_rewards
+    rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))  # the epoch's last append
+    trained = rollout.to_trajectory().rewards  # [chunks, envs, actions per chunk]
+    hook = env.vlm_reward
+    result = {
+        "trained": trained.permute(1, 0, 2).reshape(2, -1).tolist(),
+        "emitted": np.concatenate(emitted, axis=1).tolist(),
+        "episode": {k: np.asarray(v).tolist() for k, v in infos_list[-1]["episode"].items()},
+        "curves": [hook.curves.get(e) for e in range(2)],
+        "sent_steps": [hook.buffers.steps(e) for e in range(2)],
+        "placed": hook.placed,
+        "counts": hook.counts,
+        "reward_coef": float(cfg.reward_coef),
+        "nframes": hook.config.nframes,
+    }
     env.env.close()
     return result
 
@@ -329,7 +380,7 @@ def run_many(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["sim", "many", "audit"])
+    parser.add_argument("scenario", choices=["sim", "many", "audit", "dense"])
     parser.add_argument("--rlinf-dir", required=True, help="RLinf source tree to import (patched or not)")
     parser.add_argument("--config-dir", required=True)
     parser.add_argument("--run", default="runB_qwen")
@@ -351,11 +402,12 @@ def main() -> None:
     parser.add_argument("--audit", default=None)
     parser.add_argument("--canary-fraction", default=None)
     parser.add_argument("--canary-tasks", nargs="*", default=None)
+    parser.add_argument("--progress-points", type=int, default=None, help="dense scenario (default: the config's)")
     args = parser.parse_args()
     # the checkout shadows any installed rlinf, as run_embodiment.sh's PYTHONPATH does
     sys.path.insert(0, args.rlinf_dir)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    result = {"sim": run_sim, "many": run_many, "audit": run_audit}[args.scenario](args)
+    result = {"sim": run_sim, "many": run_many, "audit": run_audit, "dense": run_dense}[args.scenario](args)
     with open(args.out, "w") as f:
         json.dump(result, f)
 

@@ -167,6 +167,7 @@ def test_unparsable_points_are_null_and_counted():
         assert answer["parse_status"] == "no_number"
         metrics = get(f"{s.url}/metrics").text
         assert 'reward_parse_failures_total{status="no_number"} 4.0' in metrics
+        assert "reward_curve_points_total 4.0" in metrics
         stats = get(f"{s.url}/stats").json()
         assert stats["curves"] == 1 and stats["requests"] == 4
 

@@ -175,7 +175,10 @@ def test_overrides_start_the_entry_point_as_run_embodiment_does(rlinf_tree, tmp_
     env = {**os.environ, "RLINF_PYTHON": "python", "RUN_TIMEOUT_S": "60", "PYTHONPATH": "/extra"}
     cmd = ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(rlinf_tree), "--runs", "A", "--out", str(out)]
     result = subprocess.run(
-        [*cmd, "--", "algorithm.group_size=2", "+env.train.x=1"], capture_output=True, text=True, env=env
+        [*cmd, "--", "algorithm.group_size=2", "D:algorithm.update_epoch=1", "+env.train.x=1"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     log_path = Path((out / "runA" / "log_path").read_text().strip())
@@ -189,7 +192,7 @@ def test_overrides_start_the_entry_point_as_run_embodiment_does(rlinf_tree, tmp_
         f"runner.logger.log_path={log_path}",
         "algorithm.group_size=2",
         "+env.train.x=1",
-    ]  # run A asks no reward server: no URL override
+    ]  # run A asks no reward server: no URL override; run D's own override is D's alone
     assert log_path.parent == rlinf_tree / "logs" and log_path.name.endswith("-libero_10_grpo_openvlaoft_runA")
     assert started["env"] == {
         "EMBODIED_PATH": str(embodied),

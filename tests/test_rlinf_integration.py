@@ -123,7 +123,7 @@ def _compose(config_dir: Path, run: str) -> dict:
 
     os.environ["EMBODIED_PATH"] = str(config_dir.parent)
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
-        cfg = compose(config_name=f"libero_10_grpo_openvlaoft_{run}")
+        cfg = compose(config_name=run if run.startswith("libero_") else f"libero_10_grpo_openvlaoft_{run}")
     return OmegaConf.to_container(cfg, resolve=False)
 
 
@@ -158,6 +158,35 @@ def test_run_configs_compose_and_differ_only_in_reward(rlinf_trees):
     os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
     resolved = OmegaConf.create(_compose(rlinf_trees["config"], "runB_qwen"))
     assert resolved.env.train.group_size == resolved.algorithm.group_size == 8
+
+
+RUN_D = "libero_10_ppo_openvlaoft_runD_dense"
+
+
+def test_dense_ppo_config_is_run_b_with_ppo_and_a_curve(rlinf_trees):
+    b, d = (_flatten(_compose(rlinf_trees["config"], run)) for run in ("runB_qwen", RUN_D))
+    differing = {k for k in b.keys() | d.keys() if b.get(k) != d.get(k)}
+    assert differing == {
+        "runner.logger.experiment_name",
+        "algorithm.group_size",
+        "algorithm.update_epoch",
+        "algorithm.adv_type",
+        "algorithm.loss_type",
+        "algorithm.filter_rewards",
+        "actor.model.add_value_head",
+        "actor.optim.critic_warmup_steps",
+        "env.train.reward_model.score_mode",
+        "env.train.reward_model.progress_points",
+        "env.train.reward_model.canary_fraction",
+    }, differing
+    assert (d["algorithm.adv_type"], d["algorithm.loss_type"], d["algorithm.group_size"]) == ("gae", "actor_critic", 1)
+    assert d["env.train.reward_model.progress_points"] == 8 and d["env.train.reward_model.score_mode"] == "logprob"
+    from omegaconf import OmegaConf
+
+    os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
+    env = OmegaConf.create(_compose(rlinf_trees["config"], RUN_D)).env.train
+    assert env.use_rel_reward and not env.auto_reset and env.reward_coef == 5.0  # where a curve places rewards
+    assert env.max_episode_steps == env.max_steps_per_rollout_epoch  # an episode per rollout epoch
 
 
 # --- the patched LiberoEnv in the simulator's environment ---------------------------------------
@@ -489,3 +518,54 @@ def _all_frames(path) -> np.ndarray:
 
     with av.open(str(path)) as container:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+@pytest.mark.engine
+@pytest.mark.libero
+def test_dense_rewards_reach_rlinfs_rollout_buffer_at_their_steps(libero_python, rlinf_trees, vllm_server, tmp_path):
+    """Run D's env on the real simulator, stepped as RLinf's env worker steps it (its rollout
+    buffer, the patched place_vlm_rewards after every chunk step): the rewards of the trajectory
+    that goes to the actor are each curve point's gain x reward_coef at the step where its prefix
+    ends, and sum to reward_coef x score; what the env itself emitted and logged is unchanged."""
+    from reward_client.dense import point_frames
+    from reward_client.frames import QWEN2_5_VL
+
+    steps = 24
+    r = _driver(
+        libero_python,
+        "dense",
+        rlinf_trees["patched"],
+        rlinf_trees["config"],
+        tmp_path / "dense.json",
+        "--run",
+        RUN_D,
+        "--url",
+        vllm_server.url,
+        "--max-steps",
+        str(steps),
+        "--goal-chunk",
+        "2",
+    )
+    coef, trained, emitted = r["reward_coef"], np.array(r["trained"]), np.array(r["emitted"])
+    scores, returns = np.array(r["episode"]["vlm_score"]), np.array(r["episode"]["return"])
+    assert trained.shape == emitted.shape == (2, steps) and r["counts"]["fallbacks"] == 0
+    assert r["episode"]["success_once"] == [True, False]  # env 0 reached the goal, env 1 truncated
+    for env in (0, 1):
+        curve = r["curves"][env]
+        sent = r["sent_steps"][env]
+        assert len(curve) == min(8, len(sent) + len(sent) % 2) and curve[-1] == pytest.approx(scores[env])
+        done = sent[-1] - 1  # the action whose frame ended the episode
+        # the env's own reward and return: today's terminal reward, once
+        assert np.flatnonzero(emitted[env]).tolist() == [done]
+        assert emitted[env, done] == pytest.approx(coef * scores[env])
+        assert returns[env] == pytest.approx(coef * scores[env])
+        # what the actor trains on: each point's gain where its prefix's last frame was made
+        expected, previous = np.zeros(steps), 0.0
+        for frame, value in zip(point_frames(sent, r["nframes"], len(curve), QWEN2_5_VL), curve, strict=True):
+            expected[max(frame - 1, 0)] += coef * (value - previous)
+            previous = value
+        np.testing.assert_allclose(trained[env], expected, atol=1e-5)
+        assert trained[env].sum() == pytest.approx(coef * scores[env], abs=1e-5)
+        assert np.count_nonzero(trained[env][:done]) >= 3  # earlier steps got their share
+        assert r["episode"]["vlm_moved_reward"][env] == pytest.approx(coef * scores[env] - trained[env, done], abs=1e-5)
+    assert r["placed"] > 0

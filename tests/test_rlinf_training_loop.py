@@ -1,4 +1,4 @@
-"""Tiny runs A, B and C through RLinf's own training entry point (train_embodied_agent.py).
+"""Tiny runs A, B, C and D through RLinf's own training entry point (train_embodied_agent.py).
 
 scripts/run_tiny_experiments.sh runs what a user runs (Hydra composes the run config, Ray starts
 the actor, rollout and env workers, the env workers step the real LIBERO-10 simulator, the runner
@@ -121,17 +121,17 @@ def test_readme_tiny_command_is_this_script():
 
 
 @pytest.mark.libero
-@pytest.mark.timeout(900)
-def test_tiny_runs_a_b_c_through_rlinfs_entry_point(tmp_path):
+@pytest.mark.timeout(1200)
+def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     if not (LIBERO_VENV / "bin" / "python").exists():
         pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
     port = free_port()
-    _run_tiny(["--out", str(out), "--port", str(port)], tmp_path)
+    _run_tiny(["--out", str(out), "--port", str(port)], tmp_path, timeout=1140)
     assert not _processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
     assert not _port_open(port), "the reward server outlived the script"
 
-    runs = {run: _scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "ABC"}
+    runs = {run: _scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "ABCD"}
 
     # Run A: LIBERO's own reward, no judge. A random policy fails both envs of the one group, so
     # the group has no spread and filter_rewards drops it: RLinf trains on no sample.
@@ -161,19 +161,36 @@ def test_tiny_runs_a_b_c_through_rlinfs_entry_point(tmp_path):
         assert _server_count(served, "/score/batch") == TRAIN_STEPS
         assert _server_count(served, "/score") == 0
 
+    # Run D: PPO on the judge's 8-point progress curves. The env still emits reward_coef x score
+    # at the done step (its return); the env worker patch moved each point's gain back to its step
+    # in the rollout buffer, and what the actor trained on still sums to reward_coef x score.
+    d = runs["D"]
+    scores = _values(d, "env/vlm_score")
+    assert np.all((scores > 0) & (scores < 1)) and np.all(_values(d, "env/vlm_fallback") == 0)
+    assert np.allclose(_values(d, "env/return"), REWARD_COEF * scores, rtol=1e-4)
+    trained = _values(d, "rollout/rewards")
+    assert np.allclose(trained * EPISODE_STEPS, REWARD_COEF * scores, rtol=1e-4), (trained, scores)
+    assert np.all(_values(d, "env/vlm_moved_reward") > 0)  # placed before the done step
+    assert np.all(np.isfinite(_values(d, "rollout/advantages_max")))
+    served = (out / "runD" / "server_metrics.txt").read_text()
+    assert _server_count(served, "/score/batch") == TRAIN_STEPS
+    points = re.search(r"^reward_curve_points_total (\S+)$", served, re.M)
+    assert points and float(points.group(1)) == TRAIN_STEPS * 2 * 8  # 2 envs a step, 8 points each
+
     assert not (out / "runA" / "reward_server.log").exists()  # no judge in run A
 
     summary = (out / "summary.txt").read_text()
-    groups = re.findall(r"^([ABC])\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
-    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in "ABC" for step in range(TRAIN_STEPS)]
+    groups = re.findall(r"^([ABCD])\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
+    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in "ABCD" for step in range(TRAIN_STEPS)]
     assert sorted(groups) == sorted(expected)
 
     png = out / "compare.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
-    assert {r["run"] for r in rows if r["metric"] == "env/return"} == {"A", "B", "C"}
-    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C)):  # matplotlib C0, C1, C2: A, B, C
+    assert {r["run"] for r in rows if r["metric"] == "env/return"} == {"A", "B", "C", "D"}
+    # matplotlib C0, C1, C2, C3: A, B, C, D
+    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)):
         assert _color_pixels(png, color) > 100, color
 
 
