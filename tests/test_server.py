@@ -16,7 +16,7 @@ import pytest
 
 from reward_client.video_io import encode_mp4, write_mp4
 from reward_tools.launch import ServerFailed, ServerProcess
-from tests.conftest import CPU_PRESET, episode_frames, inline
+from tests.conftest import CPU_PRESET, LONG_TOKENS, episode_frames, inline
 from tests.servers import send_without_waiting, stats, wait_until
 
 pytestmark = pytest.mark.engine
@@ -138,7 +138,7 @@ def test_concurrent_requests_are_in_the_engine_together(server):
             body = {
                 "task_text": f"{TASK} #{i}",
                 "frames": inline(episode_frames(16, seed=i)),
-                "backend_kwargs": {"max_tokens": 3000, "ignore_eos": True},
+                "backend_kwargs": {"max_tokens": LONG_TOKENS, "ignore_eos": True},
             }
             socks.append(send_without_waiting(server.url, "/score", body))
         assert wait_until(lambda: stats(server.url)["running"] == 8, 120), stats(server.url)
