@@ -29,9 +29,30 @@ LONG_TOKENS = 8192
 LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS))
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--docker",
+        action="store_true",
+        default=False,
+        help="also run the tests marked docker: build the server's image and run it on a Docker engine "
+        "(started if none is running; ~15 min cold)",
+    )
+
+
 def pytest_configure(config) -> None:
     # inherited by every process the tests start, however deep, even once re-parented to init
     os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if config.getoption("--docker"):
+        return
+    skip = pytest.mark.skip(
+        reason="opt-in (builds and runs the container image, ~15 min): python -m pytest --docker tests/test_docker.py"
+    )
+    for item in items:
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(skip)
 
 
 def _marked_processes() -> list[int]:
