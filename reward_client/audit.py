@@ -26,6 +26,7 @@ import numpy as np
 
 from reward_client.canary import CANARY_KINDS
 from reward_client.judge_metrics import JudgeSummary, mean_or_none, summarize_by_group, summarize_judge
+from reward_client.progress import value_order_correlation
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +61,21 @@ class JudgeAudit:
         self.scores: list[float] = []
         self.labels: list[bool] = []
         self.tasks: list[str] = []
+        self.vocs: dict[str, list[float]] = {}  # task -> VOC of each judged curve (episodes with one)
         self._scalars: dict[str, float] | None = {}
 
-    def record(self, task: str, description: str, score: float, success: bool) -> None:
+    def record(
+        self, task: str, description: str, score: float, success: bool, curve: Sequence[float | None] | None = None
+    ) -> None:
         if task not in self._named:
             self._named[task] = description
             logger.info("VLM audit: %s/%s/... is task %r", AUDIT_PREFIX, task, description)
         self.scores.append(float(score))
         self.labels.append(bool(success))
         self.tasks.append(task)
+        voc = None if curve is None else value_order_correlation(curve)
+        if voc is not None:
+            self.vocs.setdefault(task, []).append(voc)
         self._scalars = None  # recomputed once, when next asked for
 
     def scalars(self) -> dict[str, float]:
@@ -78,6 +85,10 @@ class JudgeAudit:
             out = summary_scalars(AUDIT_PREFIX, summarize_judge(scores, labels, self.threshold))
             for task, summary in summarize_by_group(scores, labels, self.tasks, self.threshold).items():
                 out.update(summary_scalars(f"{AUDIT_PREFIX}/{task}", summary))
+            for task, vocs in self.vocs.items():
+                out[f"{AUDIT_PREFIX}/{task}/voc"] = float(np.mean(vocs))
+            if self.vocs:
+                out[f"{AUDIT_PREFIX}/voc"] = float(np.mean([v for vocs in self.vocs.values() for v in vocs]))
             self._scalars = out
         return self._scalars
 
@@ -91,22 +102,28 @@ class CanaryTally:
 
     def new_window(self) -> None:
         self.scores: dict[str, list[float]] = {kind: [] for kind in self.kinds}
+        self.vocs: dict[str, list[float]] = {kind: [] for kind in self.kinds}
         self.real: dict[bool, list[float]] = {True: [], False: []}
         self.failed = 0
 
-    def record_probe(self, kind: str, score: float | None) -> None:
+    def record_probe(self, kind: str, score: float | None, curve: Sequence[float | None] | None = None) -> None:
         if score is None:
             self.failed += 1
-        else:
-            self.scores[kind].append(float(score))
+            return
+        self.scores[kind].append(float(score))
+        voc = None if curve is None else value_order_correlation(curve)
+        if voc is not None:
+            self.vocs[kind].append(voc)
 
     def record_real(self, score: float, success: bool) -> None:
         self.real[bool(success)].append(float(score))
 
     def scalars(self) -> dict[str, float]:
-        """`vlm_canary/<kind>` (mean probe score), `vlm_canary/real_success` and `real_failure`
-        (mean score of this window's real episodes by LIBERO's flag), `vlm_canary/failed`."""
+        """`vlm_canary/<kind>` (mean probe score), `vlm_canary/<kind>_voc` (mean VOC of the probes'
+        curves, where they have one), `vlm_canary/real_success` and `real_failure` (mean score of
+        this window's real episodes by LIBERO's flag), `vlm_canary/failed`."""
         means = {kind: mean_or_none(values) for kind, values in self.scores.items()}
+        means.update({f"{kind}_voc": mean_or_none(values) for kind, values in self.vocs.items()})
         means["real_success"] = mean_or_none(self.real[True])
         means["real_failure"] = mean_or_none(self.real[False])
         out = {f"{CANARY_PREFIX}/{name}": value for name, value in means.items() if value is not None}

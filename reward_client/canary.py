@@ -20,6 +20,9 @@ import numpy as np
 
 CanaryKind = Literal["static", "reversed", "wrong_task"]
 CANARY_KINDS: tuple[CanaryKind, ...] = ("static", "reversed", "wrong_task")
+# the probes that test motion: with progress curves on, they are judged as curves too, and a curve
+# that rises on them (VOC > 0) comes from a judge that reads the prompt, not the video
+CURVE_CANARIES: frozenset[CanaryKind] = frozenset({"static", "reversed"})
 REQUEST_ID_PREFIX = "canary"
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from reward_client.audit import CanaryTally, JudgeAudit, task_key
-from reward_client.canary import CANARY_KINDS, CanaryKind, CanaryPlanner
+from reward_client.canary import CANARY_KINDS, CURVE_CANARIES, CanaryKind, CanaryPlanner
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
 from reward_client.dense import Move, model_frame_count, moves, place, point_frames
 from reward_client.env_adapters import EnvStep, LiberoAdapter
@@ -291,11 +291,11 @@ class VLMRewardHook:
     # --- judging ------------------------------------------------------------------------------
 
     def _episode(
-        self, env: int, task: str, frames: np.ndarray, tag: str | None = None
+        self, env: int, task: str, frames: np.ndarray, tag: str | None = None, curve: bool = True
     ) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
         """(options, frames or video path, file to delete afterwards) for one episode or probe."""
         points = 1
-        if tag is None and self.config.progress_points > 1:  # a curve for real episodes; probes stay single
+        if curve and self.config.progress_points > 1:
             points = min(self.config.progress_points, model_frame_count(self.spec, self.config.nframes, len(frames)))
         options = ScoreOptions(
             request_id=tag,  # None for real episodes; canary probes are marked
@@ -334,7 +334,8 @@ class VLMRewardHook:
         self.planner.task_pool.update(dict.fromkeys(map(str, tasks)))  # wrong_task draws from every env's task
         probes = [] if self.canaries is None else self.planner.plan(envs, texts, frames, MAX_BATCH_ITEMS - len(envs))
         built = [self._episode(int(e), t, f) for e, t, f in zip(envs, texts, frames, strict=True)]
-        built += [self._episode(p.source, p.task, p.frames, p.request_id) for p in probes]
+        # static and reversed probes get a curve too: one that rises on them shows a judge blind to motion
+        built += [self._episode(p.source, p.task, p.frames, p.request_id, p.kind in CURVE_CANARIES) for p in probes]
         episodes = [(options, video) for options, video, _ in built]
         paths = [path for _, _, path in built]
         self.counts["episodes"] += len(envs)
@@ -375,9 +376,10 @@ class VLMRewardHook:
                 )
         elapsed_ms = (time.perf_counter() - started) * 1000
         for probe, item in zip(probes, items[len(envs) :], strict=True):  # logged only; a failure is counted
-            score = item.response.score if item is not None and item.response is not None else None
+            answer = item.response if item is not None else None
+            score = answer.score if answer is not None else None
             self.counts["canary_failures"] += score is None
-            self.canaries.record_probe(probe.kind, score)
+            self.canaries.record_probe(probe.kind, score, answer.progress if answer is not None else None)
             if score is None and item is not None:  # a request that failed was logged once, above
                 why = item.error or item.response.parse_status.value
                 logger.warning("VLM canary %s has no score (%s); no reward depends on it", probe.request_id, why)
@@ -398,7 +400,7 @@ class VLMRewardHook:
                 self.scores[env] = score
                 self.values[env] = self._value(score)
                 self.counts["scored"] += 1
-                self._measure(int(env), str(tasks[env]), score)
+                self._measure(int(env), str(tasks[env]), score, item.response.progress)
                 if item.response.progress is not None:
                     self.curves[int(env)] = item.response.progress
                     if self.dense:
@@ -418,12 +420,12 @@ class VLMRewardHook:
             logger.warning("VLM canary: request refused with its probes (%s); resending the episodes alone", exc)
             return [*self._send(episodes[:real]), *[None] * (len(episodes) - real)]
 
-    def _measure(self, env: int, task: str, score: float) -> None:
+    def _measure(self, env: int, task: str, score: float, curve: list[float | None] | None) -> None:
         """The judged episode against the env's success flag (fallback episodes were not judged): logged only."""
         success = bool(self.env_success[env])
         if self.audit is not None:
             task_id = None if self._task_ids is None else self._task_ids[env]
-            self.audit.record(task_key(task_id, task), task, score, success)
+            self.audit.record(task_key(task_id, task), task, score, success, curve)
         if self.canaries is not None:
             self.canaries.record_real(score, success)
 

@@ -131,3 +131,22 @@ def test_client_side_modules_stay_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_voc_of_curves_per_task_and_window():
+    audit = JudgeAudit(threshold=0.5)
+    audit.record("t0", "task t0", 0.9, True, [0.1, 0.5, 0.9])  # rises: 1
+    audit.record("t0", "task t0", 0.2, False, [0.4, 0.3, 0.2])  # falls: -1
+    audit.record("t1", "task t1", 0.6, True, [0.2, None, 0.6])  # a point without a number is left out
+    audit.record("t1", "task t1", 0.5, False)  # a single score: no curve, no VOC
+    sc = audit.scalars()
+    assert sc["vlm_audit/t0/voc"] == pytest.approx(0.0) and sc["vlm_audit/t1/voc"] == pytest.approx(1.0)
+    assert sc["vlm_audit/voc"] == pytest.approx(1 / 3) and sc["vlm_audit/episodes"] == 4
+    audit.new_window()
+    audit.record("t0", "task t0", 0.5, True, [0.5, 0.5])  # flat: undefined, not logged
+    assert not [k for k in audit.scalars() if k.endswith("voc")]
+    tally = CanaryTally()
+    tally.record_probe("reversed", 0.1, [0.5, 0.3, 0.1])
+    tally.record_probe("static", 0.2, [0.2, 0.2])
+    assert tally.scalars()["vlm_canary/reversed_voc"] == pytest.approx(-1.0)
+    assert "vlm_canary/static_voc" not in tally.scalars()

@@ -137,3 +137,20 @@ def test_moves_and_placement_by_hand():
     steps = [0, 1, 2, 3, 4]  # a short episode: the server pads to 6 frames with the last one
     assert point_frames(steps, 16, 6, QWEN2_5_VL) == [0, 1, 2, 3, 4, 4]
     assert prefix_ends(6, 3) == [2, 4, 6] and point_frames(steps, 16, 3, QWEN2_5_VL) == [1, 3, 4]
+
+
+def test_the_audit_and_the_motion_canaries_read_the_curves(server):
+    """VOC (reward_client.progress) of every curve: the real episodes brighten, so the fake judge's
+    curves only rise; on their reversed probes they only fall, and a static probe has no order."""
+    kinds = ["static", "reversed", "wrong_task"]
+    h = hook(server, nframes=8, canary_fraction=1.0, canary_kinds=kinds, canary_tasks=["open the drawer"])
+    epoch(h, done_at={0: 6, 1: 13}, steps=16)
+    info = {k: v[0] for k, v in h.episode_info().items() if "voc" in k}
+    assert info == pytest.approx(
+        {
+            "vlm_audit/voc": 1.0,
+            "vlm_audit/put_the_bowl_on_the_plate/voc": 1.0,
+            "vlm_canary/reversed_voc": -1.0,  # a judge blind to motion would rise here too
+        }
+    )
+    assert h.counts["canaries"] == 3 * N and h.counts["canary_failures"] == 0
