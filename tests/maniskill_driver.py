@@ -9,7 +9,10 @@ PickCube-v1 on ManiSkill's CPU physics (one env per env object there; the GPU ba
 many), stepped through `chunk_step` with auto reset as RLinf's env worker does, action chunks of
 1. Episode 1 succeeds: after --goal-step steps the goal site is moved onto the cube, which sits
 still with the arm at rest (ManiSkill's own success check then fires). The env resets itself,
-and episode 2 runs into the time limit (truncation). Every step's frame is saved.
+and episode 2 runs into the time limit (truncation): its goal is held 25 cm above the cube, out
+of reach of an arm at rest (RLinf's auto reset draws the new goal without a seed, and once in a
+CI run it landed where episode 2 counted as a success at its first step). Every step's frame is
+saved.
 """
 
 from __future__ import annotations
@@ -50,13 +53,13 @@ def compose_env_config(args):
     return cfg.env.train
 
 
-def move_goal_onto_cube(env) -> None:
+def move_goal_onto_cube(env, height: float = 0.0) -> None:
     """PickCube's success: the cube within 2.5 cm of the goal, and the robot at rest."""
     import sapien
 
     task = env.env.unwrapped
     cube = task.cube.pose.p[0].cpu().numpy()
-    task.goal_site.set_pose(sapien.Pose(p=cube))
+    task.goal_site.set_pose(sapien.Pose(p=cube + np.array([0.0, 0.0, height], dtype=cube.dtype)))
 
 
 def frame(obs: dict) -> np.ndarray:
@@ -75,6 +78,8 @@ def run(args) -> dict:
     for t in range(1, args.steps + 1):
         if t == args.goal_step:
             move_goal_onto_cube(env)
+        elif infos_at_done:  # episode 2 and later: the goal out of reach, so they truncate
+            move_goal_onto_cube(env, height=0.25)
         actions = torch.zeros((1, 1, env.env.action_space.shape[-1]))
         obs_list, chunk_rewards, chunk_terms, chunk_truncs, infos_list = env.chunk_step(actions)
         infos = infos_list[-1]
