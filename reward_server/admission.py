@@ -2,14 +2,19 @@
 
 Work beyond either bound is refused at once with 503 + Retry-After (the client backs off and
 retries) instead of queueing without bound. Bytes are admitted from Content-Length before a
-body is read, so a flood of large bodies is turned away before it takes memory; episodes are
-admitted when a body has been parsed and are held until their answers are sent, so a client
-that leaves or times out frees its share as soon as its work is aborted.
+body is read, so a flood of large bodies is turned away before it takes memory; engine work
+(episodes and chat requests) is admitted when a body has been parsed and is held until its
+answer is sent, so a client that leaves or times out frees its share as soon as its work is
+aborted. `--max-queue` bounds episodes and chat requests together (each is engine work of its
+own), but they are counted apart, so the metrics and the refusal say which is which.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+WorkKind = Literal["episodes", "chat"]
 
 
 class Overloaded(RuntimeError):
@@ -22,9 +27,10 @@ class TooMuchForServer(ValueError):
 
 @dataclass
 class Admission:
-    max_episodes: int
+    max_work: int  # --max-queue: episodes and chat requests in progress at once
     max_bytes: int
     episodes: int = 0
+    chat: int = 0  # chat requests in progress
     bytes: int = 0
 
     def take_bytes(self, n: int) -> None:
@@ -43,12 +49,16 @@ class Admission:
     def give_bytes(self, n: int) -> None:
         self.bytes -= n
 
-    def take_episodes(self, n: int) -> None:
-        if n > self.max_episodes:
-            raise TooMuchForServer(f"{n} episodes in one request exceed --max-queue {self.max_episodes}")
-        if self.episodes + n > self.max_episodes:
-            raise Overloaded(f"{self.episodes} episodes are already in progress (limit {self.max_episodes})")
-        self.episodes += n
+    def take(self, kind: WorkKind, n: int) -> None:
+        what = "episodes in one request" if kind == "episodes" else "chat requests"
+        if n > self.max_work:
+            raise TooMuchForServer(f"{n} {what} exceed --max-queue {self.max_work}")
+        if self.episodes + self.chat + n > self.max_work:
+            raise Overloaded(
+                f"{self.episodes} episodes and {self.chat} chat requests are already in progress "
+                f"(--max-queue {self.max_work} bounds them together)"
+            )
+        setattr(self, kind, getattr(self, kind) + n)
 
-    def give_episodes(self, n: int) -> None:
-        self.episodes -= n
+    def give(self, kind: WorkKind, n: int) -> None:
+        setattr(self, kind, getattr(self, kind) - n)

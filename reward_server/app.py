@@ -38,7 +38,7 @@ from reward_server.errors import (
     error_response,
     install_handlers,
 )
-from reward_server.service import ScoringService
+from reward_server.service import RewardService
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class AuthAndMetrics:
     """Plain ASGI middleware: the API key check (all routes but /health) and request counting.
     (Starlette's BaseHTTPMiddleware would wrap every body chunk and hide disconnects.)"""
 
-    def __init__(self, app, service: ScoringService):
+    def __init__(self, app, service: RewardService):
         self.app = app
         self.service = service
         key = service.settings.api_key
@@ -122,7 +122,7 @@ class AuthAndMetrics:
         self.service.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status["code"])).inc()
 
 
-def build_app(service: ScoringService) -> FastAPI:
+def build_app(service: RewardService) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Load in the background so /health answers `loading` meanwhile.
@@ -235,6 +235,7 @@ def build_app(service: ScoringService) -> FastAPI:
         """Prometheus text: requests by route and code, episodes by parse status, latency, admission."""
         m = service.metrics
         m.episodes_in_progress.set(service.admission.episodes)
+        m.chat_in_progress.set(service.admission.chat)
         m.bytes_in_progress.set(service.admission.bytes)
         m.engine_running.set(service.engine.stats.running)
         m.decode_workers_replaced.set(service.pool.replaced)
@@ -248,6 +249,7 @@ def build_app(service: ScoringService) -> FastAPI:
             **service.engine.stats.as_dict(),
             "warmup": service.warmup.as_dict() if service.warmup else None,
             "episodes_in_progress": service.admission.episodes,
+            "chat_in_progress": service.admission.chat,
             "bytes_in_progress": service.admission.bytes,
             "decode_workers_replaced": service.pool.replaced,
         }

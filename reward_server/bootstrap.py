@@ -84,10 +84,10 @@ def build_engine(settings: ServerSettings) -> Engine:
 
 def build_service(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
     """The scoring service these settings describe (engine not yet started)."""
-    from reward_server.service import ScoringService
+    from reward_server.service import RewardService
 
     settings = resolve(settings)
-    return ScoringService(settings, build_engine(settings), build_profile(settings), on_failure=on_failure)
+    return RewardService(settings, build_engine(settings), build_profile(settings), on_failure=on_failure)
 
 
 def build_app_from_settings(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):

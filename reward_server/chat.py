@@ -2,7 +2,7 @@
 
 A thin layer: the body is read, admitted and parsed as /score bodies are, the request's images
 and video are decoded in the same decode workers within the same budgets, and the engine request
-goes through the service's admission and deadline (`ScoringService.run_engine`) to the same
+goes through the service's one admission and deadline path (`RewardService.chat`) to the same
 engine, where it is batched with scoring requests. What differs is only the protocol: the
 prompt is the client's own chat (no scoring profile's prompt or parser), and the answer is the
 model's text in OpenAI's shape. Streaming is not built: `stream: true` is refused.
@@ -15,8 +15,6 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from reward_client.openai_chat import (
     UNSUPPORTED_FIELDS,
@@ -34,7 +32,6 @@ from reward_client.openai_chat import (
     TopLogprob,
     Usage,
 )
-from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES
 from reward_server.body import BodyReader
 from reward_server.decoding import parse_chat_json
 from reward_server.engine_io import (
@@ -49,9 +46,9 @@ from reward_server.engine_io import (
     VideoPart,
 )
 from reward_server.errors import BadRequest, NotFound, TooManyImages
-from reward_server.images import MediaRef, decode_chat_media
+from reward_server.images import MediaRef
 from reward_server.profiles import UnsupportedOption
-from reward_server.service import ScoringService
+from reward_server.service import RewardService
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +79,7 @@ class _Prompt:
 
 
 class ChatCompletions:
-    def __init__(self, service: ScoringService):
+    def __init__(self, service: RewardService):
         self.service = service
         settings = service.settings
         self.model_name = settings.effective_served_model_name()
@@ -104,7 +101,7 @@ class ChatCompletions:
         async def prepare() -> EngineRequest:
             return await self._engine_request(prompt, sampling)
 
-        output = await self.service.run_engine(prepare, started)
+        output = await self.service.chat(prepare, started)
         return self.response(output, sampling)
 
     # --- request -> engine request ------------------------------------------------------------
@@ -240,18 +237,7 @@ class ChatCompletions:
 
     async def _engine_request(self, prompt: _Prompt, sampling: Sampling) -> EngineRequest:
         service = self.service
-        decoded: list[np.ndarray] = []
-        if prompt.media:
-            preparer = service.preparer
-            decoded = await service.pool.run(
-                decode_chat_media,
-                prompt.media,
-                preparer.roots,
-                preparer.limits,
-                preparer.spec,
-                DEFAULT_NFRAMES,
-                DEFAULT_MAX_PIXELS,
-            )
+        decoded = await service.decode_media(prompt.media)
         images = [m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "image"]
         video = next((m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "video"), None)
         last = prompt.turns[-1]

@@ -24,8 +24,9 @@ from pydantic import BaseModel, ValidationError
 from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
-from reward_client.protocol import BatchScoreRequest, ScoreOptions, ScoreRequest
+from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
 from reward_server.decode_pool import DecodePool
+from reward_server.images import MediaRef, decode_chat_media
 from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, open_confined, pick_frames
 
 
@@ -145,4 +146,13 @@ class Preparer:
             return await asyncio.to_thread(prepare_raw, source.payload, o.nframes, o.max_pixels, self.spec)
         return await self.pool.run(
             decode_media, source.kind, source.payload, o.nframes, o.max_pixels, self.spec, self.roots, self.limits
+        )
+
+    async def media(self, refs: Sequence[MediaRef]) -> list[np.ndarray]:
+        """A chat request's images and videos, model-ready, in order: one decode-worker task per
+        request, within the pool's time and memory budget (videos sampled as /score's defaults)."""
+        if not refs:
+            return []
+        return await self.pool.run(
+            decode_chat_media, list(refs), self.roots, self.limits, self.spec, DEFAULT_NFRAMES, DEFAULT_MAX_PIXELS
         )

@@ -28,6 +28,15 @@ class Metrics:
         self.episodes_in_progress = Gauge(
             "reward_episodes_in_progress", "Episodes admitted and not yet answered (--max-queue)", registry=r
         )
+        self.chat_requests = Counter(
+            "reward_chat_requests", "Chat completions answered (/v1), by finish reason", ["finish_reason"], registry=r
+        )
+        self.chat_latency = Histogram(
+            "reward_chat_latency_seconds", "Time per chat completion, end to end", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.chat_in_progress = Gauge(
+            "reward_chat_in_progress", "Chat requests admitted and not yet answered (--max-queue)", registry=r
+        )
         self.bytes_in_progress = Gauge(
             "reward_body_bytes_in_progress", "Request body bytes admitted (--max-inflight-mb)", registry=r
         )

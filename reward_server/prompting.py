@@ -21,16 +21,6 @@ def render(processor: Any, chat: ChatPrompt) -> str:
     return processor.apply_chat_template(chat.to_messages(), tokenize=False, add_generation_prompt=True)
 
 
-def single_token_id(tokenizer: Any, word: str) -> int:
-    """The id of an answer word that must be one token (logprob scoring reads one next token)."""
-    ids = tokenizer.encode(word, add_special_tokens=False)
-    if len(ids) != 1:
-        raise ValueError(
-            f"answer word {word!r} is {len(ids)} tokens for this tokenizer; logprob scoring needs single-token answers"
-        )
-    return ids[0]
-
-
 def video_metadata(num_frames: int, fps: float) -> dict:
     """Metadata for frames we already sampled (engines must not sample again)."""
     return {

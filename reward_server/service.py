@@ -1,8 +1,13 @@
-"""Scoring episodes: body -> episodes -> frames -> profile -> engine -> parser -> answer.
+"""The server's one service behind every route: lifecycle, admission, deadlines, the engine.
 
-The service owns the server's lifecycle state (loading / ok / draining / failed), admission and
-deadlines, so the HTTP layer only reads bodies and translates errors. Each episode goes to the
-engine on its own as soon as its frames are ready: the episodes of a batch overlap their
+It owns the server's lifecycle state (loading / ok / draining / failed) and the one path by which
+work reaches the engine (`_admitted`): admission (--max-queue), the request's deadline
+(--request-timeout-s, a 504 naming it), cancellation when the client leaves. Every route goes
+through it: /score, /score/batch (JSON and raw) and OpenAI's chat route (chat.py, a thin layer
+that only translates the protocol). The HTTP layer only reads bodies and translates errors.
+
+Scoring: body -> episodes -> frames -> profile -> engine -> parser -> answer. Each episode goes
+to the engine on its own as soon as its frames are ready: the episodes of a batch overlap their
 preparation with each other's engine work, and an episode whose deadline passes, or whose
 client leaves, is cancelled, which aborts it inside the engine.
 """
@@ -13,9 +18,10 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,7 +36,7 @@ from reward_client.protocol import (
     ScoreResponse,
     Timings,
 )
-from reward_server.admission import Admission
+from reward_server.admission import Admission, WorkKind
 from reward_server.body import BodyReader
 from reward_server.decode_pool import DecodePool, PoolBudget
 from reward_server.decoding import (
@@ -45,6 +51,7 @@ from reward_server.decoding import (
 from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
 from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
+from reward_server.images import MediaRef
 from reward_server.metrics import Metrics
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
@@ -54,6 +61,7 @@ from reward_server.warmup import WarmupReport, warm_up
 logger = logging.getLogger(__name__)
 
 SMALL_BODY_BYTES = 1 << 20
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,7 +85,7 @@ def _timed(frames: Callable[[], Awaitable[np.ndarray]], received: float) -> Call
     return run
 
 
-class ScoringService:
+class RewardService:
     def __init__(
         self,
         settings: ServerSettings,
@@ -201,8 +209,43 @@ class ScoringService:
         self.admission.give_bytes(nbytes)
         self.active -= 1
 
-    def _deadline(self, started: float) -> float:
-        return started + self.settings.request_timeout_s
+    async def _admitted(
+        self, kind: WorkKind, jobs: Sequence[Callable[[], Awaitable[T]]], started: float
+    ) -> list[T | BaseException]:
+        """The one way work reaches the engine, for every route. The jobs are admitted together
+        (--max-queue, 503 when full); each runs as its own task under the request's deadline
+        (--request-timeout-s), so a job that fails or runs out of time is answered in its place
+        while the others finish; if the caller is cancelled (client gone, drain) every job is,
+        which aborts its engine work. Returns each job's result or exception, in order."""
+        self.admission.take(kind, len(jobs))
+        try:
+            tasks = [asyncio.ensure_future(self._within_deadline(job, started)) for job in jobs]
+            try:
+                return await asyncio.gather(*tasks, return_exceptions=True)
+            except asyncio.CancelledError:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+        finally:
+            self.admission.give(kind, len(jobs))
+
+    async def _within_deadline(self, job: Callable[[], Awaitable[T]], started: float) -> T:
+        limit = asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started))
+        try:
+            async with limit:
+                return await job()
+        except TimeoutError:
+            if limit.expired():
+                limit_s = self.settings.request_timeout_s
+                raise DeadlineExceeded(f"the answer took longer than {limit_s:g} s (--request-timeout-s)") from None
+            raise
+
+    async def _one(self, kind: WorkKind, job: Callable[[], Awaitable[T]], started: float) -> T:
+        [result] = await self._admitted(kind, [job], started)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     # --- routes -------------------------------------------------------------------------------
 
@@ -213,15 +256,7 @@ class ScoringService:
         if isinstance(source, Exception):
             raise source
         frames = _timed(lambda: self.preparer.frames(source), received)
-        self.admission.take_episodes(1)
-        try:
-            return await self._score(source.options, frames, started)
-        except DeadlineExceeded:
-            raise
-        except TimeoutError:
-            raise self._timeout() from None
-        finally:
-            self.admission.give_episodes(1)
+        return await self._one("episodes", partial(self._score, source.options, frames, started), started)
 
     async def score_batch_json(self, reader: BodyReader, started: float) -> BatchScoreResponse:
         body = await reader.read_all()
@@ -275,44 +310,29 @@ class ScoringService:
             return await asyncio.to_thread(fn, bytes(body))
         return await self.pool.run(fn, bytes(body))
 
-    async def run_engine(self, prepare: Callable[[], Awaitable[EngineRequest]], started: float) -> EngineOutput:
-        """One engine request under the server's admission and deadline (the path the chat dialect
-        shares with scoring): `prepare` decodes its media and builds it; cancelling aborts it."""
-        self.admission.take_episodes(1)
-        try:
-            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started)):
-                request = await prepare()
-                request.request_id = uuid.uuid4().hex
-                output = await self.engine.generate(request)
-        except DeadlineExceeded:
-            raise
-        except TimeoutError:
-            raise self._timeout() from None
-        finally:
-            self.admission.give_episodes(1)
-        self.metrics.latency.observe(time.perf_counter() - started)
-        self.metrics.engine_latency.observe(output.engine_ms / 1000)
-        return output
+    async def decode_media(self, media: list[MediaRef]) -> list[np.ndarray]:
+        """A chat request's images and videos, model-ready (in a decode worker, within its budgets)."""
+        return await self.preparer.media(media)
 
-    def _timeout(self) -> DeadlineExceeded:
-        limit = self.settings.request_timeout_s
-        return DeadlineExceeded(f"the answer took longer than {limit:g} s (--request-timeout-s)")
+    async def chat(self, prepare: Callable[[], Awaitable[EngineRequest]], started: float) -> EngineOutput:
+        """One chat request on the path every route takes (admission, deadline, cancellation):
+        `prepare` decodes its media and builds the engine request. Counted as chat, not episodes."""
+
+        async def run() -> EngineOutput:
+            request = await prepare()
+            request.request_id = uuid.uuid4().hex
+            return await self.engine.generate(request)
+
+        output = await self._one("chat", run, started)
+        self.metrics.chat_requests.labels(output.finish_reason or "stop").inc()
+        self.metrics.chat_latency.observe(time.perf_counter() - started)
+        return output
 
     async def _score_many(self, work: list, started: float) -> BatchScoreResponse:
         """Score (options, frames awaitable) pairs together; a failed item is answered in its place."""
         live = [w for w in work if not isinstance(w, Exception)]
-        self.admission.take_episodes(len(live))
-        try:
-            tasks = [asyncio.ensure_future(self._score(options, frames, started)) for options, frames in live]
-            try:
-                results = await asyncio.gather(*tasks, return_exceptions=True)
-            except asyncio.CancelledError:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-        finally:
-            self.admission.give_episodes(len(live))
+        jobs = [partial(self._score, options, frames, started) for options, frames in live]
+        results = await self._admitted("episodes", jobs, started)
         answers = iter(results)
         out = []
         for index, item in enumerate(work):
@@ -322,8 +342,6 @@ class ScoringService:
                 continue
             if isinstance(result, (NotReady, EngineDead)):
                 raise result
-            if isinstance(result, TimeoutError) and not isinstance(result, DeadlineExceeded):
-                result = self._timeout()
             _, error = classify(result)
             out.append(BatchItem(index=index, error=error))
         return BatchScoreResponse(results=out)
@@ -331,31 +349,30 @@ class ScoringService:
     async def _score(
         self, options: ScoreOptions, frames: Callable[[], Awaitable[Frames]], started: float
     ) -> ScoreResponse:
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started)):
-            ready = await frames()
-            video = ready.video
-            if options.backend is not None and canonical_backend(options.backend) != self.backend:
-                raise BadRequest(
-                    f"this server runs backend {self.backend!r}; request asked for {options.backend!r}. "
-                    f"Omit 'backend' or start a server with --backend {options.backend}"
-                )
-            kwargs = options.backend_kwargs
-            score_mode = self.profile.resolve_score_mode(kwargs)
-            points = options.progress_points
-            if points > 1:  # a bad K is a 422 (errors.py) naming the range
-                check_points(points, len(video), self.settings.max_progress_points)
-            prepared = time.perf_counter()
-            if points > 1:
-                requests = self.profile.build_curve(options.task_text, video, kwargs, score_mode, points)
-            else:
-                requests = [self.profile.build(options.task_text, video, kwargs, score_mode)]
-            for k, request in enumerate(requests):  # clients may reuse their own ids; the engine may not
-                request.request_id = f"{uuid.uuid4().hex}-p{k}" if points > 1 else uuid.uuid4().hex
-            queued = time.perf_counter()
-            if points > 1:
-                outputs = await self.engine.generate_curve(requests)
-            else:
-                outputs = [await self.engine.generate(requests[0])]
+        ready = await frames()
+        video = ready.video
+        if options.backend is not None and canonical_backend(options.backend) != self.backend:
+            raise BadRequest(
+                f"this server runs backend {self.backend!r}; request asked for {options.backend!r}. "
+                f"Omit 'backend' or start a server with --backend {options.backend}"
+            )
+        kwargs = options.backend_kwargs
+        score_mode = self.profile.resolve_score_mode(kwargs)
+        points = options.progress_points
+        if points > 1:  # a bad K is a 422 (errors.py) naming the range
+            check_points(points, len(video), self.settings.max_progress_points)
+        prepared = time.perf_counter()
+        if points > 1:
+            requests = self.profile.build_curve(options.task_text, video, kwargs, score_mode, points)
+        else:
+            requests = [self.profile.build(options.task_text, video, kwargs, score_mode)]
+        for k, request in enumerate(requests):  # clients may reuse their own ids; the engine may not
+            request.request_id = f"{uuid.uuid4().hex}-p{k}" if points > 1 else uuid.uuid4().hex
+        queued = time.perf_counter()
+        if points > 1:
+            outputs = await self.engine.generate_curve(requests)
+        else:
+            outputs = [await self.engine.generate(requests[0])]
         parsed = [self.profile.parse(output, score_mode) for output in outputs]
         last, output = parsed[-1], outputs[-1]
         total = time.perf_counter() - started

@@ -64,7 +64,12 @@ class ServerSettings(BaseModel):
     batch_wait_ms: float | None = Field(
         None, ge=0.0, le=10_000, description="hf engine: how long a micro-batch waits to fill (default 100)"
     )
-    max_queue: int = Field(1024, ge=1, description="episodes in progress at once; beyond: 503 + Retry-After")
+    max_queue: int = Field(
+        1024,
+        ge=1,
+        description="episodes and chat requests in progress at once (counted apart, bounded together); "
+        "beyond: 503 + Retry-After",
+    )
     max_inflight_mb: float | None = Field(
         None, gt=0, description="request bodies held at once, MB; beyond: 503 (default: a quarter of RAM, <= 4096)"
     )

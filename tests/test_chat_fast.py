@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_payload, seed_score
-from tests.conftest import episode_frames
+from tests.conftest import episode_frames, inline
 from tests.servers import (
     CHAT,
     InProcessServer,
@@ -274,10 +274,42 @@ def test_auth_deadlines_and_disconnects_under_v1(tmp_path):
         sock.close()  # long before the deadline: only the disconnect can stop it
         assert wait_until(lambda: s.engine.stats.aborted == aborted + 1, timeout=1.5)
         assert s.engine.tokens_generated - tokens < 20  # of 100 asked for
-        assert wait_until(lambda: s.service.admission.episodes == 0, timeout=2)
+        assert wait_until(lambda: s.service.admission.chat == 0, timeout=2)
         # /score keeps the server's own error body
         r = post(f"{s.url}/score", json={}, headers=auth)
         assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message"}
+
+
+def _metric(text: str, name: str) -> float:
+    """A sample's value in Prometheus text (0 when the series has no sample yet)."""
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_chat_is_counted_as_chat_and_shares_max_queue_with_episodes():
+    """Chat requests have their own metrics (not episodes); --max-queue bounds episodes and chat
+    requests together, as documented, and says which is which when it refuses."""
+    with InProcessServer(engine_option=["token_ms=20"], max_queue=1, max_tokens_limit=4096) as s:
+        sock = send_without_waiting(s.url, CHAT, {**chat_body(), "max_tokens": 2000})
+        try:
+            assert wait_until(lambda: s.engine.stats.running == 1, timeout=5)
+            text = get(f"{s.url}/metrics").text
+            assert _metric(text, "reward_chat_in_progress") == 1
+            assert _metric(text, "reward_episodes_in_progress") == 0
+            r = post(f"{s.url}/score", json={"task_text": "x", "frames": inline(episode_frames(4))})
+            assert r.status_code == 503, r.text
+            assert "1 chat requests" in r.json()["error"]["message"] and "--max-queue 1" in r.json()["error"]["message"]
+        finally:
+            sock.close()
+        assert wait_until(lambda: s.service.admission.chat == 0, timeout=5)
+        r = post(f"{s.url}{CHAT}", json={**chat_body(), "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        text = get(f"{s.url}/metrics").text
+        assert _metric(text, 'reward_chat_requests_total{finish_reason="length"}') == 1
+        assert _metric(text, "reward_chat_latency_seconds_count") == 1
+        assert "reward_episodes_total{" not in text and _metric(text, "reward_episode_latency_seconds_count") == 0
 
 
 # --- fuzz ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The contract every engine implements: start, generate one request, abort, health, shutdown.
+"""The contract every engine implements: start, generate one request, health, shutdown.
 
 The shape of vLLM's engine client: the service submits each episode on its own and awaits its
 output; batching is the engine's business (vLLM schedules continuously, the transformers
@@ -144,7 +144,6 @@ class Engine(ABC):
     def __init__(self, config: EngineConfig):
         self.config = config
         self.stats = EngineStats()
-        self._tasks: dict[str, asyncio.Task] = {}
 
     @property
     def model_name(self) -> str:
@@ -156,10 +155,7 @@ class Engine(ABC):
 
     async def generate(self, request: EngineRequest) -> EngineOutput:
         """Run one request (request_id unique among those running). Cancelling the caller's
-        task, or `abort(request_id)`, stops it in the engine."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks[request.request_id] = task
+        task stops it in the engine."""
         self.stats.submitted()
         aborted = True
         try:
@@ -169,7 +165,6 @@ class Engine(ABC):
             return output
         finally:
             self.stats.ended(aborted)
-            self._tasks.pop(request.request_id, None)
 
     async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         """The points of a progress curve (Profile.build_curve: each prompt a prefix of the last
@@ -178,14 +173,6 @@ class Engine(ABC):
         Cancelling the caller aborts every point."""
         self.stats.curves += 1
         return await gather_all([self.generate(r) for r in requests])
-
-    def abort(self, request_id: str) -> bool:
-        """Stop a running request; its caller sees CancelledError. False if it is not running."""
-        task = self._tasks.get(request_id)
-        if task is None:
-            return False
-        task.cancel()
-        return True
 
     @abstractmethod
     async def _generate(self, request: EngineRequest) -> EngineOutput:
