@@ -41,7 +41,7 @@ and `param` the request field at fault:
 | 422 | malformed JSON, raw batch or a field that fails validation (the message names it) |
 | 431 | request head larger than `--max-header-kb` |
 | 499 | (logged only) the client disconnected; its engine work was aborted |
-| 503 | loading, draining, failed, or full: episodes (`--max-queue`) or body bytes (`--max-inflight-mb`) in progress (`Retry-After` says when to retry) |
+| 503 | loading, draining, failed, or full: episodes and chat requests together (`--max-queue`; `/metrics` counts them apart: `reward_episodes_in_progress`, `reward_chat_in_progress`) or body bytes (`--max-inflight-mb`) in progress (`Retry-After` says when to retry) |
 | 504 | the request took longer than `--request-timeout-s` (in a batch: that item's error) |
 | 500 | an internal error (details only in the server log) |
 """
