@@ -53,7 +53,9 @@ class ServerSettings(BaseModel):
     kv_cache_dtype: str | None = Field(None, description="vllm: KV cache dtype, e.g. fp8 (lossy); default: the model's")
     compile_mm_encoder: bool = Field(False, description="vllm: torch.compile the vision encoder (newer vLLM)")
     cudagraph_mm_encoder: bool = Field(
-        False, description="vllm: capture the vision encoder in CUDA graphs (newer vLLM)"
+        False,
+        description="vllm: capture the vision encoder in CUDA graphs (newer vLLM; crashes vLLM 0.24 on Qwen2.5-VL "
+        "video at the first batch: do not use it there)",
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default: the profile's")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="default: the profile's")

@@ -6,6 +6,9 @@ installed vLLM before an engine is built.
   fidelity against bf16 (`python -m reward_tools.fidelity`) before training on them.
 - `--compile-mm-encoder` / `--cudagraph-mm-encoder`: vLLM's compilation-config switches that
   torch.compile the vision encoder and capture it in CUDA graphs (newer vLLM releases only).
+  The CUDA-graph switch crashes vLLM 0.24 on Qwen2.5-VL video at the first batch (a padded
+  sequence-length buffer of the wrong size in its qwen2_5_vl model), so no preset or benchmark
+  default turns it on.
 
 Each flag becomes the engine option vLLM's `AsyncEngineArgs` takes (`quantization`,
 `kv_cache_dtype`, `compilation_config`), merged with what `--engine-option` says; giving the same

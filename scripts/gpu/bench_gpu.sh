@@ -15,7 +15,8 @@
 #       (reward_tools.bench --first-batch), per row of WARMUP_ROWS (default "off on full": no
 #       warm-up, the default warm-up batch of 8, a warm-up batch of N), one GPU.
 # ceiling: each setting of CEILING (default "bf16 fp8 fp8kv compile": bf16; FP8 weights; FP8
-#       weights and KV cache; the vision encoder compiled and in CUDA graphs) on the hook path,
+#       weights and KV cache; the vision encoder compiled) on the hook path (the extra setting
+#       "encoder" adds CUDA graphs of the encoder, which crash vLLM 0.24 on Qwen2.5-VL video),
 #       bf16 also with frames put on the grid by the client (--to-grid), then the score fidelity
 #       of each setting against bf16 on the same episodes (reward_tools.fidelity); one GPU. Keep
 #       bf16 in every call's CEILING (the fidelity reference); ~2 min a setting.
