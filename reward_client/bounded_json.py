@@ -114,6 +114,8 @@ def loads_bounded(
     try:
         return orjson.loads(doc)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("Not enough memory"):  # the parser's buffer, not the document
+            raise MemoryError(f"parsing {what} needs more memory than this process may use") from None
         # orjson refuses NaN, Infinity and 1e999 itself; name the first two (it says "unexpected character")
         if doc[exc.pos : exc.pos + 9].lstrip(b"-").startswith((b"NaN", b"Infinity")):
             raise InvalidJSON(f"{what} is not valid JSON: NaN and Infinity are not numbers in JSON ({exc})") from None

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from reward_client import raw_batch
 from reward_client.openai_chat import ChatCompletionRequest, ChatCompletionResponse, ModelList, OpenAIErrorBody
@@ -120,6 +121,21 @@ class AuthAndMetrics:
             await error_response(exc, scope.get("path", ""))(scope, receive, send_counted)
         route = scope.get("route")
         self.service.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status["code"])).inc()
+
+
+def _answer_head(app: FastAPI) -> None:
+    """HEAD on every GET route (monitors probe with it), as GET minus the body; kept out of the
+    schema. FastAPI's routes take only the methods they name; uvicorn sends no body for HEAD."""
+    for route in list(app.routes):
+        if isinstance(route, APIRoute) and "GET" in route.methods and "HEAD" not in route.methods:
+            app.add_api_route(
+                route.path,
+                route.endpoint,
+                methods=["HEAD"],
+                response_class=route.response_class,
+                include_in_schema=False,
+                name=f"{route.name}_head",
+            )
 
 
 def build_app(service: RewardService) -> FastAPI:
@@ -255,5 +271,6 @@ def build_app(service: RewardService) -> FastAPI:
         }
 
     _with_request_schemas(app, (ScoreRequest, BatchScoreRequest, ChatCompletionRequest))
+    _answer_head(app)
     app.add_middleware(AuthAndMetrics, service=service)
     return app

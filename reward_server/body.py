@@ -23,8 +23,9 @@ class LengthRequired(ValueError):
     pass
 
 
-class BodyTimeout(TimeoutError):
-    """The client stopped sending its body."""
+class BodyTimeout(Exception):
+    """The client stopped sending its body (408). Not a TimeoutError: handlers that turn the
+    server's own timeouts into 504 must never see the client's stall as one."""
 
 
 class ClientGone(ConnectionError):

@@ -3,9 +3,10 @@
 Video decoding and JSON body parsing run here, never in the server process. Each task has a
 time budget and each worker a memory budget (RLIMIT_AS above its size at start, so a bomb
 raises MemoryError inside the worker instead of waking the OOM killer). A worker that runs past
-its time budget is killed and replaced, and the task is answered with VideoTooLarge; a worker
-that dies (a crash, a signal) is replaced and its task is tried once more on a fresh worker,
-then refused. Later requests never see a broken pool.
+its time budget is killed and replaced; a worker that dies (a crash, a signal) is replaced and
+its task is tried once more on a fresh worker, then refused. Each is answered as the error of
+what the task was reading (`task`: the JSON body, a video, a chat request's images). Later
+requests never see a broken pool.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
+from reward_server.body import BodyTooLarge
+from reward_server.images import ImageTooLarge
 from reward_server.video import VideoError, VideoTooLarge
 
 logger = logging.getLogger(__name__)
@@ -68,7 +71,7 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
         try:
             conn.send((True, fn(*args), False))
         except MemoryError:
-            conn.send((False, VideoTooLarge(NO_MEMORY), True))
+            conn.send((False, MemoryError(), True))  # the pool names it for what the task read
         except VideoTooLarge as exc:
             # a process that came near its memory limit may keep the memory (fragmentation): recycle it
             conn.send((False, exc, True))
@@ -80,7 +83,34 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
 
 
 STARTUP_TIMEOUT_S = 120.0
-NO_MEMORY = "decoding this input needs more memory than the decode budget allows (--decode-memory-mb)"
+Task = Literal["body", "video", "image", "media"]
+# what a task works on -> how the pool's errors name it
+_DOING = {
+    "body": "parsing this JSON body",
+    "video": "decoding this video",
+    "image": "decoding this request's images",
+    "media": "decoding this request's images and video",
+}
+
+
+def _over_budget(task: Task, overrun: str) -> Exception:
+    """A task past its time or memory budget, as the error of what it was reading (errors.py)."""
+    message = f"{_DOING[task]} {overrun}"
+    if task == "body":
+        return BodyTooLarge(
+            f"{message}; send the frames as a raw batch (application/x-reward-batch) or fewer per request"
+        )
+    if task == "image":
+        return ImageTooLarge(message)
+    return VideoTooLarge(message)
+
+
+def _died(task: Task) -> Exception:
+    message = f"{_DOING[task]} killed the decode worker twice (out of memory or a crash); refused"
+    # JSON parsing has no decoder to crash: a worker that dies parsing ran out of memory
+    return BodyTooLarge(message + " (--decode-memory-mb)") if task == "body" else WorkerDied(message)
+
+
 _SPAWN_LOCK = threading.Lock()
 
 
@@ -170,7 +200,7 @@ class DecodePool:
         if not self._closed:
             self._give_back(self._new())
 
-    def _call(self, fn: Callable, args: tuple) -> Any:
+    def _call(self, fn: Callable, args: tuple, task: Task = "video") -> Any:
         """Run fn(*args) in a worker (this thread waits); retried once if the worker dies."""
         for attempt in (1, 2):
             worker = self._take()
@@ -181,8 +211,8 @@ class DecodePool:
                 self.timeouts += 1
                 logger.warning("decode task ran past %.0f s; its worker is replaced", self.budget.timeout_s)
                 self._replace(worker)
-                raise VideoTooLarge(
-                    f"decoding took longer than the {self.budget.timeout_s:g} s budget (--decode-timeout-s)"
+                raise _over_budget(
+                    task, f"took longer than the {self.budget.timeout_s:g} s budget (--decode-timeout-s)"
                 ) from None
             except (EOFError, OSError, BrokenPipeError):
                 code = worker.proc.exitcode
@@ -194,9 +224,7 @@ class DecodePool:
                 )
                 self._replace(worker)
                 if attempt == 2:
-                    raise WorkerDied(
-                        "decoding this input killed the decoder process twice (out of memory or a crash); refused"
-                    ) from None
+                    raise _died(task) from None
                 continue
             if recycle:
                 self._replace(worker)
@@ -204,15 +232,19 @@ class DecodePool:
                 self._give_back(worker)
             if ok:
                 return value
+            if isinstance(value, MemoryError):
+                memory = f"needs more memory than a decode worker has (--decode-memory-mb {self.budget.memory_mb})"
+                raise _over_budget(task, memory)
             raise value
         raise AssertionError("unreachable")
 
-    async def run(self, fn: Callable, *args: Any) -> Any:
-        """fn(*args) in a worker process, within the pool's budget."""
+    async def run(self, fn: Callable, *args: Any, task: Task = "video") -> Any:
+        """fn(*args) in a worker process, within the pool's budget; `task` names what it reads, so
+        a budget overrun or a dead worker is reported as that input's error."""
         if self._closed:
             raise RuntimeError("the decode pool is shut down")
         async with self._slots:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, self._call, fn, args)
+            return await asyncio.get_running_loop().run_in_executor(self._threads, self._call, fn, args, task)
 
     def pids(self) -> list[int]:
         """Process ids of the workers (idle or busy)."""

@@ -27,7 +27,8 @@ from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
 from reward_server.decode_pool import DecodePool
 from reward_server.images import MediaRef, decode_chat_media
-from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, open_confined, pick_frames
+from reward_server.media_paths import open_confined
+from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, pick_frames
 
 
 class InvalidBody(ValueError):
@@ -153,6 +154,14 @@ class Preparer:
         request, within the pool's time and memory budget (videos sampled as /score's defaults)."""
         if not refs:
             return []
+        task = "media" if any(ref.kind == "video" for ref in refs) else "image"
         return await self.pool.run(
-            decode_chat_media, list(refs), self.roots, self.limits, self.spec, DEFAULT_NFRAMES, DEFAULT_MAX_PIXELS
+            decode_chat_media,
+            list(refs),
+            self.roots,
+            self.limits,
+            self.spec,
+            DEFAULT_NFRAMES,
+            DEFAULT_MAX_PIXELS,
+            task=task,
         )

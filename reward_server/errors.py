@@ -1,8 +1,10 @@
-"""Error classes and how each becomes an HTTP answer (one handler per class, no internals leaked)."""
+"""Error types and how each becomes an HTTP answer: one table (ERROR_TYPES) names every `error.type`,
+its status, the classes that raise it and when; one handler per class, no internals leaked."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,8 +20,9 @@ from reward_server.decode_pool import WorkerDied
 from reward_server.decoding import InvalidBody, validation_message
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
 from reward_server.images import ImageError, ImageTooLarge
+from reward_server.media_paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
 from reward_server.profiles import UnknownBackend, UnsupportedOption
-from reward_server.video import PathNotAllowed, VideoError, VideoTooLarge
+from reward_server.video import VideoError, VideoTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +31,6 @@ RETRY_AFTER_S = 1
 
 class BadRequest(ValueError):
     """The request cannot be served as sent; the message says what to change."""
-
-    type = "bad_request"
 
 
 class UnsupportedMediaType(ValueError):
@@ -60,36 +61,165 @@ class TooManyImages(BadRequest):
     """More images in one chat request than --max-images-per-request."""
 
 
-# exception class -> (HTTP status, error type); the first match in order wins
-_CLASSES: list[tuple[type[BaseException], int, str]] = [
-    (Unauthorized, 401, "unauthorized"),
-    (InvalidBody, 422, "invalid_request"),
-    (ProgressPointsError, 422, "invalid_request"),
-    (BodyTooLarge, 413, "body_too_large"),
-    (TooMuchForServer, 413, "request_too_large"),
-    (LengthRequired, 411, "length_required"),
-    (BodyTimeout, 408, "body_timeout"),
-    (UnsupportedMediaType, 415, "unsupported_media_type"),
-    (PathNotAllowed, 403, "path_not_allowed"),
-    (ImageTooLarge, 413, "image_too_large"),
-    (ImageError, 400, "invalid_image"),
-    (VideoTooLarge, 413, "video_too_large"),
-    (VideoError, 400, "invalid_video"),
-    (WorkerDied, 400, "invalid_video"),
-    (UnknownBackend, 400, "unknown_backend"),
-    (AnswerWordsUnsupported, 400, "unsupported_option"),
-    (UnsupportedOption, 400, "unsupported_option"),
-    (EngineInputRejected, 400, "input_rejected"),
-    (TooManyImages, 400, "too_many_images"),
-    (BadRequest, 400, "bad_request"),
-    (NotFound, 404, "model_not_found"),
-    (Overloaded, 503, "overloaded"),
-    (NotReady, 503, "not_ready"),
-    (EngineDead, 503, "engine_failed"),
-    (EngineRequestFailed, 503, "engine_request_failed"),
-    (DeadlineExceeded, 504, "deadline_exceeded"),
-    (ClientGone, 499, "client_closed_request"),
+@dataclass(frozen=True)
+class ErrorType:
+    """One `error.type` the server answers with: its status, the exception classes that raise it
+    (none: answered by the HTTP layer itself), and when it happens (docs/api.md is made from this)."""
+
+    type: str
+    status: int
+    when: str
+    classes: tuple[type[BaseException], ...] = ()
+
+
+# Every error type, in one table. Order matters: a class is matched by its first row, so
+# subclasses come before their bases (ImageTooLarge before ImageError before VideoError).
+ERROR_TYPES: list[ErrorType] = [
+    ErrorType(
+        "unauthorized",
+        401,
+        "`--api-key` is set and the `Authorization: Bearer` header is missing or wrong",
+        (Unauthorized,),
+    ),
+    ErrorType(
+        "invalid_request",
+        422,
+        "the body is not valid JSON or not a valid raw batch, or a field fails validation (the message names it)",
+        (InvalidBody, ProgressPointsError),
+    ),
+    ErrorType(
+        "body_too_large",
+        413,
+        "the body is larger than `--max-body-mb`, or a JSON body larger than a decode worker can parse within "
+        "`--decode-memory-mb` (about 1/16 of it; send frames as a raw batch), or parsing it ran out of that "
+        "memory or of `--decode-timeout-s`",
+        (BodyTooLarge,),
+    ),
+    ErrorType(
+        "request_too_large",
+        413,
+        "one request alone exceeds what the server ever holds: more episodes than `--max-queue`, "
+        "or a body larger than `--max-inflight-mb`",
+        (TooMuchForServer,),
+    ),
+    ErrorType("length_required", 411, "a raw batch body without `Content-Length`", (LengthRequired,)),
+    ErrorType("body_timeout", 408, "the body stalled for `--body-timeout-s`", (BodyTimeout,)),
+    ErrorType("header_timeout", 408, "the request head did not arrive within `--header-timeout-s`"),
+    ErrorType("request_head_too_large", 431, "the request line and headers exceed `--max-header-kb`"),
+    ErrorType(
+        "unsupported_media_type",
+        415,
+        "a content type other than `application/json` (or `application/x-reward-batch` on `/score/batch`)",
+        (UnsupportedMediaType,),
+    ),
+    ErrorType(
+        "invalid_url",
+        400,
+        "a chat `image_url` / `video_url` that is not a `data:` URL or a `file:///absolute/path` "
+        "(http(s) is never fetched; no host, query or fragment; percent-encoding must decode to UTF-8)",
+        (InvalidURL,),
+    ),
+    ErrorType(
+        "invalid_path",
+        400,
+        "a `video_path` or file URL path that cannot name a readable file: relative, a NUL, longer than "
+        "4096 characters, not a regular file (directory, FIFO, device), or not openable",
+        (InvalidPath,),
+    ),
+    ErrorType("file_not_found", 400, "no file at a `video_path` or file URL under `--video-root`", (FileNotFound,)),
+    ErrorType("file_too_large", 413, "the named file is larger than the server reads (1 GiB)", (FileTooLarge,)),
+    ErrorType(
+        "path_not_allowed",
+        403,
+        "a `video_path` or file URL outside every `--video-root` (symlinks and `..` are resolved first)",
+        (PathNotAllowed,),
+    ),
+    ErrorType(
+        "image_too_large",
+        413,
+        "an image over `--max-frame-pixels` (read from its header, before decoding), or whose decoding "
+        "ran out of `--decode-memory-mb` or `--decode-timeout-s`",
+        (ImageTooLarge,),
+    ),
+    ErrorType(
+        "invalid_image",
+        400,
+        "an image that cannot be used: not JPEG, PNG or WebP, a malformed or non-base64 data URL, undecodable",
+        (ImageError,),
+    ),
+    ErrorType(
+        "video_too_large",
+        413,
+        "a video over a decode budget: `--max-video-frames`, `--max-frame-pixels` (from the stream header), "
+        "`--decode-timeout-s`, `--decode-memory-mb`",
+        (VideoTooLarge,),
+    ),
+    ErrorType(
+        "invalid_video",
+        400,
+        "a video that cannot be used: not MP4/MOV, Matroska/WebM or AVI, undecodable, no frames, "
+        "bad base64 or frame data",
+        (VideoError,),
+    ),
+    ErrorType(
+        "worker_died",
+        400,
+        "decoding this input killed a decode worker twice (a crash in a decoder); the input is refused",
+        (WorkerDied,),
+    ),
+    ErrorType("unknown_backend", 400, "`backend` names a profile this server does not run", (UnknownBackend,)),
+    ErrorType(
+        "unsupported_option",
+        400,
+        "an option the backend, engine or deployment does not support (e.g. `max_tokens` over `--max-tokens-limit`)",
+        (AnswerWordsUnsupported, UnsupportedOption),
+    ),
+    ErrorType(
+        "input_rejected", 400, "the engine refused this input (e.g. the prompt is too long)", (EngineInputRejected,)
+    ),
+    ErrorType(
+        "too_many_images", 400, "more images in one chat request than `--max-images-per-request`", (TooManyImages,)
+    ),
+    ErrorType(
+        "bad_request",
+        400,
+        "a request the server cannot serve as sent (`stream: true`, `n` other than 1, a backend mismatch...)",
+        (BadRequest,),
+    ),
+    ErrorType("model_not_found", 404, "under `/v1`: `model` names a model this server does not serve", (NotFound,)),
+    ErrorType("not_found", 404, "no such route"),
+    ErrorType("method_not_allowed", 405, "a route asked with a method it does not take (`Allow` names those it does)"),
+    ErrorType(
+        "overloaded",
+        503,
+        "full: episodes (`--max-queue`), body bytes (`--max-inflight-mb`) or requests (`--max-connections`) in "
+        "progress; `Retry-After` says when to retry",
+        (Overloaded,),
+    ),
+    ErrorType("not_ready", 503, "the server is loading, draining or failed", (NotReady,)),
+    ErrorType("engine_failed", 503, "the engine died; the server reports `failed`", (EngineDead,)),
+    ErrorType(
+        "engine_request_failed", 503, "the engine failed this request in a way a retry may fix", (EngineRequestFailed,)
+    ),
+    ErrorType(
+        "deadline_exceeded",
+        504,
+        "the request took longer than `--request-timeout-s` (in a batch: that item's error)",
+        (DeadlineExceeded,),
+    ),
+    ErrorType(
+        "client_closed_request",
+        499,
+        "(logged only) the client disconnected; its engine work was aborted",
+        (ClientGone,),
+    ),
+    ErrorType("internal_error", 500, "a fault of the server, never of the input (details only in the server log)"),
 ]
+
+BY_TYPE = {e.type: e for e in ERROR_TYPES}
+
+# exception class -> (HTTP status, error type); the first match in order wins
+_CLASSES: list[tuple[type[BaseException], int, str]] = [(c, e.status, e.type) for e in ERROR_TYPES for c in e.classes]
 
 
 def classify(exc: BaseException) -> tuple[int, ItemError]:
@@ -123,7 +253,7 @@ def error_response(exc: BaseException, path: str = "") -> JSONResponse:
 
 
 # routing errors (no such route, wrong method) in the product's shape rather than Starlette's
-_HTTP_TYPES = {404: "not_found", 405: "method_not_allowed"}
+_HTTP_TYPES = {404: BY_TYPE["not_found"].type, 405: BY_TYPE["method_not_allowed"].type}
 
 
 def install_handlers(app: FastAPI) -> None:

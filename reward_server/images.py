@@ -3,9 +3,11 @@
 A chat request names its media by URL. What is read, and how:
 - `data:` URLs, base64 only: images in JPEG, PNG or WebP (the format is taken from the bytes,
   never from the declared MIME type), videos in the containers video.py reads (MP4 first).
-- `file://` URLs: only under the server's `--video-root` directories, opened as video.py opens
-  a `video_path` (symlinks resolved, regular files only, the descriptor checked again).
-- http(s) and every other scheme are refused: the server fetches nothing on a client's behalf.
+- `file://` URLs: parsed, resolved and opened by media_paths.py as every `video_path` is (under
+  `--video-root` only, symlinks resolved, regular files only, the descriptor checked again).
+- http(s) and every other scheme are refused (`invalid_url`): the server fetches nothing.
+Errors are named for what failed: the URL or path (media_paths.py), the image (`invalid_image`,
+`image_too_large`) or the video (`invalid_video`, `video_too_large`).
 
 An image's size is read from its header and checked against `--max-frame-pixels` before any
 pixel is decoded (a 60000 x 60000 PNG of a few kilobytes is refused at once); the worker's
@@ -21,25 +23,18 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
 from reward_client.frames import FrameError, FrameSpec
-from reward_server.video import (
-    DecodeLimits,
-    VideoError,
-    VideoTooLarge,
-    decode_frames,
-    fit_frames,
-    open_confined,
-)
+from reward_server.media_paths import file_url_path, open_confined, refuse_url, url_scheme
+from reward_server.video import DecodeLimits, VideoError, VideoTooLarge, decode_frames, fit_frames
 
 IMAGE_FORMATS = "JPEG, PNG, WebP"
 
 
 class ImageError(VideoError):
-    """An image (or a chat request's video) that cannot be used; `param` names the request field."""
+    """An image that cannot be used; `param` names the request field."""
 
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
@@ -75,53 +70,47 @@ def _sniff_image(head: bytes) -> str | None:
     return None
 
 
+def _media_error(ref: MediaRef, message: str) -> VideoError:
+    """An error about the media itself, named for its kind (invalid_image / invalid_video)."""
+    if ref.kind == "image":
+        return ImageError(message, ref.param)
+    return _with_param(VideoError(message), ref.param)
+
+
 def _from_data_url(ref: MediaRef) -> bytes:
     head, sep, data = ref.url[5:].partition(",")
+    example = "data:image/jpeg;base64,..." if ref.kind == "image" else "data:video/mp4;base64,..."
     if not sep:
-        raise ImageError("malformed data URL: no ',' between its header and its data", ref.param)
+        raise _media_error(ref, f"malformed data URL: no ',' between its header and its data ({example})")
     params = [p.strip().lower() for p in head.split(";")]
     if "base64" not in params[1:]:
-        raise ImageError(f"data URLs must be base64-encoded (data:{params[0] or 'image/jpeg'};base64,...)", ref.param)
+        raise _media_error(ref, f"data URLs must be base64-encoded ({example})")
     mime = params[0]
     if ref.kind == "image" and mime and not mime.startswith("image/"):
-        raise ImageError(f"an image_url data URL must hold an image, not {mime!r}", ref.param)
+        raise _media_error(ref, f"an image_url data URL must hold an image, not {mime!r}")
     if ref.kind == "video" and mime and not mime.startswith("video/"):
-        raise ImageError(f"a video_url data URL must hold a video, not {mime!r}", ref.param)
+        raise _media_error(ref, f"a video_url data URL must hold a video, not {mime!r}")
     import pybase64
 
     try:
         raw = pybase64.b64decode(data, validate=True)
     except ValueError:
-        raise ImageError("the data URL's data is not valid base64", ref.param) from None
+        raise _media_error(ref, "the data URL's data is not valid base64") from None
     if not raw:
-        raise ImageError("the data URL holds no data", ref.param)
+        raise _media_error(ref, "the data URL holds no data")
     return raw
 
 
 def _read(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> bytes | BinaryIO:
-    """The bytes behind a URL (data:), or an open confined file (file://)."""
-    scheme = ref.url.split(":", 1)[0].lower() if ":" in ref.url else ""
+    """The bytes behind a URL (data:), or an open confined file (file://); media_paths.py parses,
+    resolves and opens file URLs as it does every path a request names."""
+    scheme = url_scheme(ref.url)
     if scheme == "data":
         return _from_data_url(ref)
     if scheme == "file":
-        parts = urlsplit(ref.url)
-        if parts.netloc not in ("", "localhost"):
-            raise ImageError("file:// URLs must name a local path (file:///path)", ref.param)
-        path = unquote(parts.path)
-        try:
-            return open_confined(path, roots, limits.max_file_bytes)
-        except VideoError as exc:
-            raise _with_param(exc, ref.param, str(exc).replace("video_path", "file", 1)) from None
-    if scheme in ("http", "https"):
-        raise ImageError(
-            "this server does not fetch http(s) URLs; send the image as a data URL "
-            "(data:image/jpeg;base64,...) or a file:///path under the server's --video-root",
-            ref.param,
-        )
-    raise ImageError(
-        "unsupported URL: send a data URL (data:image/jpeg;base64,...) or a file:///path under --video-root",
-        ref.param,
-    )
+        path = file_url_path(ref.url, ref.param)
+        return open_confined(path, roots, limits.max_file_bytes, "file", ref.param)
+    raise refuse_url(ref.url, ref.kind, ref.param)
 
 
 def _with_param(exc: VideoError, param: str, message: str | None = None) -> VideoError:

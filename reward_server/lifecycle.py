@@ -3,7 +3,8 @@
 - A connection must deliver its request head within `--header-timeout-s` and in at most
   `--max-header-kb` (431 above): slow or endless heads cannot hold connections open. Idle
   keep-alive connections close after 5 s (uvicorn), bodies that stall after `--body-timeout-s`
-  (body.py), and connections beyond `--max-connections` are answered 503.
+  (body.py). Up to `--max-connections` requests are served at once, the rest answered 503 +
+  Retry-After (refusals logged at a bounded rate); /health and other GETs keep a reserve.
 - On SIGTERM / SIGINT: /health answers 503 `draining`, new work gets 503, work in progress
   finishes (up to `--shutdown-timeout-s`), then the server stops. Whatever hangs after that
   (an engine that does not shut down), the process is gone within the timeout plus a grace.
@@ -29,9 +30,59 @@ _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 50
 EXIT_GRACE_S = 15.0  # after the drain: engine shutdown, closing connections
 
 
-def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
+PROBE_RESERVE = 16  # requests beyond --max-connections kept for bodiless GET/HEAD (/health, /metrics)
+REFUSAL_LOG_INTERVAL_S = 10.0
+LINGER_S = 2.0  # a refused connection is read (and discarded) this long before it is closed
+
+
+class RefusalLog:
+    """Refusals at a bounded rate: the first is logged at once, the rest as one line per interval
+    with their count (a burst of thousands is two lines, not thousands)."""
+
+    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S):
+        self.interval_s = interval_s
+        self.total = 0
+        self.pending = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def refused(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self.total += 1
+        if self._timer is not None:
+            self.pending += 1
+            return
+        logger.warning(
+            "refusing requests over --max-connections %d with 503 + Retry-After; "
+            "further refusals are counted and logged every %g s",
+            limit,
+            self.interval_s,
+        )
+        self._timer = loop.call_later(self.interval_s, self._flush, loop, limit)
+
+    def _flush(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self._timer = None
+        if self.pending:
+            logger.warning(
+                "refused %d requests in the last %g s over --max-connections %d (%d in all)",
+                self.pending,
+                self.interval_s,
+                limit,
+                self.total,
+            )
+            self.pending = 0
+            self._timer = loop.call_later(self.interval_s, self._flush, loop, limit)
+
+
+def guarded_protocol(
+    header_timeout_s: float, max_header_bytes: int, max_requests: int | None = None, refusals: RefusalLog | None = None
+) -> type[HttpToolsProtocol]:
+    refusals = refusals or RefusalLog()
+
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        """httptools with a deadline and a size bound on the request head."""
+        """httptools with a deadline and a size bound on the request head, and a bound on the
+        requests in progress (`--max-connections`): the first `max_requests` are served, the
+        rest get 503 + Retry-After, and bodiless GET/HEAD probes keep PROBE_RESERVE more, so
+        /health answers through a burst. Idle connections hold no slot (the head and keep-alive
+        timeouts close them)."""
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -60,7 +111,9 @@ def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[Htt
 
         def _reject(self, status: int, kind: str, message: str) -> None:
             """Answer from the protocol itself (no request reached the app) and close, in the
-            product's error body like every other refusal."""
+            product's error body like every other refusal. What the client still sends is read
+            and dropped for LINGER_S first: closing a socket with unread data resets it, and the
+            reset can destroy the answer before the client reads it."""
             self._rejected = True
             self._disarm()
             path = self.scope.get("path", "") if getattr(self, "scope", None) else ""
@@ -70,7 +123,9 @@ def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[Htt
             self.transport.write(
                 head + b"content-length: %d\r\n%sconnection: close\r\n\r\n%s" % (len(body), retry, body)
             )
-            self.transport.close()
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
 
         def _count(self, n: int) -> None:
             self._head_bytes += n
@@ -104,15 +159,18 @@ def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type[Htt
             if self._rejected:
                 return
             self._disarm()
-            limit = self.limit_concurrency
-            if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
-                # uvicorn's own refusal is a text/plain 503; this one is the product's error body
-                self.scope["path"] = self.url.split(b"?", 1)[0].decode("latin-1")
-                logger.warning("refused: more than %d connections or requests open (--max-connections)", limit)
-                self._reject(
-                    503, "overloaded", f"the server has {limit} connections or requests open (--max-connections); retry"
-                )
-                return
+            if max_requests is not None:
+                probe = self.parser.get_method() in (b"GET", b"HEAD")
+                if len(self.tasks) >= max_requests + (PROBE_RESERVE if probe else 0):
+                    self.scope["path"] = self.url.split(b"?", 1)[0].decode("latin-1")
+                    refusals.refused(self.loop, max_requests)
+                    self._reject(
+                        503,
+                        "overloaded",
+                        f"the server has {len(self.tasks)} requests in progress, its limit "
+                        f"(--max-connections {max_requests}); retry after the Retry-After seconds",
+                    )
+                    return
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
@@ -144,8 +202,8 @@ def server_config(app, settings) -> uvicorn.Config:
         log_level=settings.log_level,
         access_log=False,
         loop=loop,
-        http=guarded_protocol(settings.header_timeout_s, settings.max_header_kb * 1024),
-        limit_concurrency=settings.max_connections,
+        # the request limit is the guard's (uvicorn's own would also count idle connections)
+        http=guarded_protocol(settings.header_timeout_s, settings.max_header_kb * 1024, settings.max_connections),
         timeout_keep_alive=5,
         timeout_graceful_shutdown=2,
     )

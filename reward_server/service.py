@@ -308,7 +308,7 @@ class RewardService:
         large ones in a decode worker, where seconds of parsing cannot stall the engine."""
         if len(body) <= SMALL_BODY_BYTES:
             return await asyncio.to_thread(fn, bytes(body))
-        return await self.pool.run(fn, bytes(body))
+        return await self.pool.run(fn, bytes(body), task="body")
 
     async def decode_media(self, media: list[MediaRef]) -> list[np.ndarray]:
         """A chat request's images and videos, model-ready (in a decode worker, within its budgets)."""

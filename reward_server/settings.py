@@ -87,7 +87,11 @@ class ServerSettings(BaseModel):
     body_timeout_s: float = Field(30.0, gt=0, description="a body that stalls this long is dropped (408)")
     header_timeout_s: float = Field(10.0, gt=0, description="a connection must send its request headers within this")
     max_header_kb: int = Field(64, ge=4, description="largest request head (line + headers) accepted (431 above)")
-    max_connections: int = Field(2048, ge=8, description="open connections and requests at once (503 above)")
+    max_connections: int = Field(
+        2048,
+        ge=8,
+        description="requests in progress at once (503 + Retry-After above; GET/HEAD such as /health keep 16 more)",
+    )
     video_roots: list[str] = Field(
         default_factory=lambda: [tempfile.gettempdir()],
         description="directories video_path may point into (repeat the flag for several)",

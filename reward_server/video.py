@@ -1,9 +1,8 @@
 """Episode video in, model-ready frames out, within a budget, never following a file elsewhere.
 
 Media files are hostile input. The rules, each closing a class of problems:
-- **Paths** are resolved (symlinks, '..') and must lie under an allowed root; the file is opened
-  without blocking and must be a regular file (a FIFO or device never blocks a decoder), and
-  the opened descriptor is checked again, so a path swapped after the check gains nothing.
+- **Paths** are parsed, resolved and opened by media_paths.py, for every route: under an allowed
+  root only, without blocking, regular files only, the opened descriptor checked again.
 - **Containers** are chosen by the server from their first bytes, from an allow-list (MP4/MOV,
   Matroska/WebM, AVI); the demuxer gets an open file, never a name, and MOV data references are
   off. Playlists (HLS, DASH), concat lists, image sequences and reference movies never reach a
@@ -18,11 +17,7 @@ from __future__ import annotations
 
 import errno
 import io
-import os
-import stat
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -32,10 +27,6 @@ from reward_client.frames import QWEN2_5_VL, FrameError, FrameSpec
 
 class VideoError(ValueError):
     """The video could not be used; the message says why, for the person who sent it."""
-
-
-class PathNotAllowed(VideoError):
-    pass
 
 
 class VideoTooLarge(VideoError):
@@ -64,46 +55,6 @@ ALLOWED_CONTAINERS = "MP4/MOV, Matroska/WebM, AVI"
 _NO_MEMORY = "decoding this video needs more memory than the decode budget allows (--decode-memory-mb)"
 # mov: never follow data references to other files (off by default in FFmpeg; stated here)
 _DEMUXER_OPTIONS = {"enable_drefs": "0", "use_absolute_path": "0"}
-
-
-def open_confined(path: str, roots: Sequence[str | os.PathLike], max_bytes: int) -> BinaryIO:
-    """An open regular file at `path`, which must lie under one of `roots`.
-
-    The error names only what the client sent, never the server's roots or real paths.
-    """
-    if not roots:
-        raise PathNotAllowed("this server does not read video_path; send the video inline (frames or video_b64)")
-    real = os.path.realpath(path)
-    real_roots = [os.path.realpath(root) for root in roots]
-    if not _inside(real, real_roots):
-        raise PathNotAllowed(f"video_path {path!r} is outside the directories this server may read")
-    try:
-        # O_NONBLOCK: opening a FIFO with no writer must not wait; O_NOFOLLOW: the resolved
-        # name must not have become a symlink since.
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise VideoError(f"video_path {path!r} does not exist") from None
-    except OSError:
-        raise VideoError(f"video_path {path!r} cannot be opened") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise VideoError(f"video_path {path!r} is not a regular file")
-        if st.st_size > max_bytes:
-            raise VideoTooLarge(f"video_path {path!r} is {st.st_size} bytes; the limit is {max_bytes}")
-        opened = os.path.realpath(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else real
-        if not _inside(opened, real_roots):
-            raise PathNotAllowed(f"video_path {path!r} is outside the directories this server may read")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _inside(real: str, real_roots: list[str]) -> bool:
-    p = Path(real)
-    return any(p == Path(r) or Path(r) in p.parents for r in real_roots)
 
 
 def decode_frames(

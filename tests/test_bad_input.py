@@ -55,7 +55,7 @@ BAD_INPUTS = [
         {"task_text": TASK, "video_path": "{dir}/nope.mp4"},
         None,
         400,
-        "invalid_video",
+        "file_not_found",
         "does not exist",
     ),
     (

@@ -125,7 +125,7 @@ def test_video_url_and_bad_input_on_vllm(vllm_server, video_dir):
         r = chat(vllm_server.url, {"model": model, "messages": [{"role": "user", "content": [part]}]})
         assert r.status_code == 200, r.text
     bad = [
-        ({"image_url": {"url": "https://example.com/a.jpg"}, "type": "image_url"}, 400, "invalid_image"),
+        ({"image_url": {"url": "https://example.com/a.jpg"}, "type": "image_url"}, 400, "invalid_url"),
         ({"image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}, "type": "image_url"}, 400, "invalid_image"),
     ]
     for part, status, code in bad:

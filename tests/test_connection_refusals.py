@@ -13,7 +13,7 @@ import pytest
 from reward_client import raw_batch
 from reward_client.protocol import ScoreOptions
 from reward_tools.launch import ServerProcess
-from tests.conftest import episode_frames
+from tests.conftest import episode_frames, inline
 from tests.servers import post
 
 BODY_TIMEOUT_S = 1.0
@@ -123,17 +123,64 @@ def test_connection_refusals_carry_the_error_body(server):
     assert status == 408 and json.loads(body)["error"]["type"] == "header_timeout", body
     slow.close()
 
-    idle = [connect(server) for _ in range(MAX_CONNECTIONS)]
+    # idle connections hold no request slot: with more of them open than the limit, every route
+    # still answers (before: /health answered 503 until the idle sockets timed out)
+    idle = [connect(server) for _ in range(MAX_CONNECTIONS + 4)]
     time.sleep(0.2)
-    for path, shape in (("/score", "error"), ("/v1/chat/completions", "error")):
-        extra = connect(server)
-        extra.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
-        status, headers, body = read_answer(extra)
-        assert status == 503 and headers.get("retry-after") == "1", (status, body)
-        error = json.loads(body)[shape]
-        assert (error.get("type"), error.get("code")) in {("overloaded", None), ("server_error", "overloaded")}, error
-        extra.close()
+    health = connect(server)
+    health.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, body = read_answer(health)
+    assert status == 200 and json.loads(body)["status"] == "ok", (status, body)
+    health.close()
+    assert_served(server)
     for sock in idle:
         sock.close()
-    time.sleep(0.2)
-    assert_served(server)
+
+
+BURST = 3 * MAX_CONNECTIONS
+HELD_S = 4.0  # each served request is held this long by the engine, so the burst meets a full server
+
+
+def burst_request(path: str, payload: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
+
+
+def test_a_burst_over_the_limit_is_served_up_to_it_and_health_still_answers(tmp_path):
+    """3x --max-connections requests at once: the first ones are served, the rest get 503 +
+    Retry-After in the product's error body (before: a burst over the limit was refused whole,
+    every connection counted against it); /health answers during the burst from its reserve;
+    the refusals are logged as a bounded number of lines, not one per connection."""
+    flags = ["--engine", "fake", "--decode-workers", "1", "--max-connections", str(MAX_CONNECTIONS)]
+    flags += ["--engine-option", f"delay_ms={int(HELD_S * 1000)}"]
+    log = tmp_path / "server.log"
+    body = json.dumps({"task_text": "t", "frames": inline(episode_frames(2, size=16))}).encode()
+    with ServerProcess(flags, log_path=log) as s:
+        s.wait_ready(120)
+        socks = [connect(s) for _ in range(BURST)]
+        for sock in socks:
+            sock.sendall(burst_request("/score", body))
+        health = connect(s)
+        health.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, answer = read_answer(health)
+        assert status == 200 and json.loads(answer)["status"] == "ok", (status, answer)
+        health.close()
+        codes: dict[int, int] = {}
+        for sock in socks:
+            sock.settimeout(60)
+            status, headers, answer = read_answer(sock)
+            codes[status] = codes.get(status, 0) + 1
+            if status == 503:
+                assert headers.get("retry-after") == "1", headers
+                error = json.loads(answer)["error"]
+                assert error["type"] == "overloaded" and "--max-connections" in error["message"], error
+            else:
+                assert status == 200 and json.loads(answer)["score"] is not None, (status, answer)
+            sock.close()
+        assert set(codes) == {200, 503}, codes
+        assert codes[200] >= MAX_CONNECTIONS and codes[200] + codes[503] == BURST, codes
+        assert_served(s)
+    refusal_lines = [line for line in log.read_text().splitlines() if "--max-connections" in line]
+    assert 1 <= len(refusal_lines) <= 2, refusal_lines  # one at once, then at most one summary

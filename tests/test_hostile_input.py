@@ -286,9 +286,9 @@ def jpeg_declaring(width: int, height: int) -> bytes:
 
 
 HOSTILE = [
-    ("http", "http://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
-    ("https", "https://example.com/a.jpg", 400, "invalid_image", "does not fetch http"),
-    ("ftp", "ftp://example.com/a.jpg", 400, "invalid_image", "unsupported URL"),
+    ("http", "http://example.com/a.jpg", 400, "invalid_url", "does not fetch http"),
+    ("https", "https://example.com/a.jpg", 400, "invalid_url", "does not fetch http"),
+    ("ftp", "ftp://example.com/a.jpg", 400, "invalid_url", "unsupported URL"),
     ("no comma", "data:image/png;base64", 400, "invalid_image", "malformed data URL"),
     ("not base64 encoded", "data:image/png,rawbytes", 400, "invalid_image", "base64"),
     ("bad base64", "data:image/png;base64,@@@@", 400, "invalid_image", "not valid base64"),
@@ -309,7 +309,7 @@ HOSTILE = [
     ("outside root", "file:///etc/hostname", 403, "path_not_allowed", "outside"),
     ("dot dot", "file:///tmp/../etc/hostname", 403, "path_not_allowed", "outside"),
     ("missing file", "file:///nonexistent/a.png", 403, "path_not_allowed", None),
-    ("remote file host", "file://host/x.png", 400, "invalid_image", "local path"),
+    ("remote file host", "file://host/x.png", 400, "invalid_url", "local path"),
 ]
 
 

@@ -16,6 +16,7 @@ in OpenAI's error body. Bounded: about 200 requests, seconds."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import httpx
@@ -206,3 +207,148 @@ def test_chat_requests_never_fail_the_server(server):
         assert client.post(CHAT, json=good).status_code == 200
     print(f"\nchat fuzz: {sum(seen.values())} requests, answers {dict(sorted(seen.items()))}")
     assert seen.get(200) and (seen.get(400) or seen.get(422)), seen
+
+
+# --- file URLs and paths, on every route that reads a server-local file -------------------------
+#
+# Every route that names a file goes through reward_server/media_paths.py. Hypothesis builds
+# paths and file:// URLs from pieces that break URL and path functions (NUL, percent-encoded
+# NUL or non-UTF-8, '..', query and fragment marks, hosts, IPv6 brackets, over-long names) and
+# from pieces that escape the root (a symlinked file or directory pointing outside, '..' up
+# to a secret directory, the secret's own path). Outside the root sit a bright video and image
+# and a text file holding a marker: the fake engine scores brightness, so a read of the secret
+# media would answer ~100; every answer must instead be 4xx (or 200 from a dark file inside
+# the root), never a 5xx, and no answer ever holds the marker.
+
+PATH_EXAMPLES = 60
+MARKER = "SECRET-7f3a91"
+PIECES = [
+    "ok.mp4", "ok.png", "link-out.mp4", "link-out.png", "link-dir", "secret.mp4", "secret.png", "secret.txt",
+    "..", ".", "", "%2e%2e", "%2F", "%00", "\x00", "%ED%A0%80", "%", "%zz", "%25", "?x", "#f", "?", "#",
+    "a" * 300, " ", "\\", "~", "[::1", "%0A", "\n", "\ud800", "fifo", "dir",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    from PIL import Image
+
+    from reward_client.video_io import write_mp4
+
+    base = tmp_path_factory.mktemp("world")
+    root, secret = base / "root", base / "secret"
+    root.mkdir()
+    secret.mkdir()
+    dark, bright = np.full((4, 32, 32, 3), 30, np.uint8), np.full((4, 32, 32, 3), 255, np.uint8)
+    write_mp4(dark, root / "ok.mp4")
+    Image.fromarray(dark[0]).save(root / "ok.png")
+    write_mp4(bright, secret / "secret.mp4")
+    Image.fromarray(bright[0]).save(secret / "secret.png")
+    (secret / "secret.txt").write_text(MARKER)
+    (root / "link-out.mp4").symlink_to(secret / "secret.mp4")
+    (root / "link-out.png").symlink_to(secret / "secret.png")
+    (root / "link-dir").symlink_to(secret)
+    os.mkfifo(root / "fifo")
+    (root / "dir").mkdir()
+    return {"root": root, "secret": secret}
+
+
+@pytest.fixture(scope="module")
+def confined(world):
+    with InProcessServer(video_roots=[str(world["root"])]) as s:
+        yield s
+
+
+@st.composite
+def local_paths(draw, world: dict) -> str:
+    base = draw(st.sampled_from([str(world["root"]), str(world["secret"]), str(world["root"].parent), "", "/", "x"]))
+    pieces = draw(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), min_size=1, max_size=5))
+    path = "/".join([base, *pieces])
+    return path if draw(st.integers(0, 9)) else draw(st.text(max_size=40))
+
+
+@st.composite
+def file_urls(draw, world: dict) -> str:
+    from urllib.parse import quote
+
+    path = draw(local_paths(world))
+    if draw(st.booleans()):
+        path = quote(path, safe="/%?#", errors="surrogatepass")
+    prefix = draw(
+        st.sampled_from(["file://", "file:", "FILE://", "file://localhost", "file://host", "file:///", "file://["])
+    )
+    return prefix + path
+
+
+ROUTES = ["score", "batch", "raw", "chat image", "chat video"]
+
+
+def _post_json(client: httpx.Client, path: str, body: dict) -> httpx.Response:
+    # json.dumps escapes a lone surrogate (httpx would fail to encode it): the server must refuse it
+    return client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
+def _path_request(client: httpx.Client, route: str, text: str) -> httpx.Response:
+    if route == "score":
+        return _post_json(client, "/score", {"task_text": "t", "video_path": text})
+    if route == "batch":
+        return _post_json(client, "/score/batch", {"requests": [{"task_text": "t", "video_path": text}]})
+    if route == "raw":
+        body = raw_batch.encode([(ScoreOptions(task_text="t"), text)]).tobytes()
+        return client.post("/score/batch", content=body, headers=HEADERS)
+    kind = "image" if route == "chat image" else "video"
+    part = {"type": f"{kind}_url", f"{kind}_url": {"url": text}}
+    return _post_json(client, CHAT, {"messages": [{"role": "user", "content": [part, {"type": "text", "text": "t"}]}]})
+
+
+def _check_confined(route: str, text: str, r: httpx.Response) -> str:
+    """The answer's kind ('read' for a dark file inside the root, else the error type)."""
+    note = (route, text[:200], r.status_code, r.text[:300])
+    assert r.status_code == 200 or 400 <= r.status_code < 500, note
+    assert MARKER not in r.text, note
+    answer = r.json()
+    if r.status_code != 200:
+        error = answer["error"]
+        assert error["message"] and (error.get("code") or error.get("type")), note
+        return error.get("code") or error["type"]
+    if route.startswith("chat"):
+        assert int(answer["choices"][0]["message"]["content"]) < 50, note  # a dark file: inside the root
+        return "read"
+    results = answer["results"] if "results" in answer else [{"response": answer, "error": None}]
+    item = results[0]
+    if item["error"] is not None:
+        assert item["error"]["type"] != "internal_error", note
+        return item["error"]["type"]
+    assert item["response"]["score"] < 0.5, note  # a dark file: inside the root
+    return "read"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_file_urls_and_paths_are_4xx_and_never_read_outside_the_root(confined, world, route):
+    seen: dict[str, int] = {}
+    strategy = file_urls(world) if route.startswith("chat") else st.one_of(local_paths(world), file_urls(world))
+    with httpx.Client(base_url=confined.url, timeout=60) as client:
+
+        @given(text=strategy)
+        @settings(max_examples=PATH_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def run(text: str) -> None:
+            kind = _check_confined(route, text, _path_request(client, route, text))
+            seen[kind] = seen.get(kind, 0) + 1
+
+        run()
+        # the named escapes, whatever Hypothesis drew: each refused, the secret never read
+        root, secret = world["root"], world["secret"]
+        for path in (f"{root}/link-out.mp4", f"{root}/link-out.png", f"{root}/link-dir/secret.mp4",
+                     f"{root}/../secret/secret.png", f"{secret}/secret.txt", f"{root}/ok.png%00.jpg"):  # fmt: skip
+            text = f"file://{path}" if route.startswith("chat") else path
+            kind = _check_confined(route, text, _path_request(client, route, text))
+            assert kind in ("path_not_allowed", "invalid_path", "file_not_found", "invalid_request"), (path, kind)
+        good = f"{root}/ok.png" if route == "chat image" else f"{root}/ok.mp4"
+        assert (
+            _check_confined(
+                route, good, _path_request(client, route, f"file://{good}" if route.startswith("chat") else good)
+            )
+            == "read"
+        )
+    print(f"\n{route}: {sum(seen.values())} paths/URLs, answers {dict(sorted(seen.items()))}")
+    assert len(seen) > 1, seen

@@ -11,7 +11,8 @@ import pytest
 from reward_client.frames import QWEN2_5_VL as SPEC
 from reward_client.frames import FrameError
 from reward_client.video_io import encode_mp4, write_mp4
-from reward_server.video import PathNotAllowed, VideoError, decode_frames, fit_frames, open_confined, pick_frames
+from reward_server.media_paths import FileNotFound, InvalidPath, PathNotAllowed, open_confined
+from reward_server.video import VideoError, decode_frames, fit_frames, pick_frames
 
 ROOTS_MAX = 1 << 30
 
@@ -121,7 +122,7 @@ def test_video_path_confined_to_roots(tmp_path):
     os.symlink(outside, link)
     with pytest.raises(PathNotAllowed):
         open_confined(str(link), [root], ROOTS_MAX)
-    with pytest.raises(VideoError, match="does not exist"):
+    with pytest.raises(FileNotFound, match="does not exist"):
         open_confined(str(root / "missing.mp4"), [root], ROOTS_MAX)
     with pytest.raises(PathNotAllowed) as info:
         open_confined("/etc/passwd", [root], ROOTS_MAX)
@@ -131,7 +132,7 @@ def test_video_path_confined_to_roots(tmp_path):
 def test_only_regular_files_are_opened(tmp_path):
     fifo = tmp_path / "fifo.mp4"
     os.mkfifo(fifo)
-    with pytest.raises(VideoError, match="not a regular file"):
+    with pytest.raises(InvalidPath, match="not a regular file"):
         open_confined(str(fifo), [tmp_path], ROOTS_MAX)  # returns at once: no writer is waited for
-    with pytest.raises(VideoError, match="not a regular file"):
+    with pytest.raises(InvalidPath, match="not a regular file"):
         open_confined(str(tmp_path), [tmp_path], ROOTS_MAX)
