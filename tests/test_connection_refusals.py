@@ -143,8 +143,7 @@ HELD_S = 4.0  # each served request is held this long by the engine, so the burs
 
 def burst_request(path: str, payload: bytes) -> bytes:
     return (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
     ).encode() + payload
 
 
