@@ -113,6 +113,11 @@ def loads_bounded(
     check_bounds(doc, what=what)
     try:
         return orjson.loads(doc)
+    except SystemError as exc:
+        # orjson out of memory while building objects: a SystemError wrapping the MemoryError
+        if isinstance(exc.__cause__, MemoryError):
+            raise MemoryError(f"parsing {what} needs more memory than this process may use") from None
+        raise
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("Not enough memory"):  # the parser's buffer, not the document
             raise MemoryError(f"parsing {what} needs more memory than this process may use") from None

@@ -29,7 +29,7 @@ from reward_client.protocol import (
     ScoreRequest,
     ScoreResponse,
 )
-from reward_server.body import BodyReader, LengthRequired, cancel_on_disconnect
+from reward_server.body import BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
 from reward_server.chat import ChatCompletions
 from reward_server.errors import (
     RETRY_AFTER_S,
@@ -39,6 +39,7 @@ from reward_server.errors import (
     error_response,
     install_handlers,
 )
+from reward_server.limits import MIB, body_limit, json_body_limit
 from reward_server.service import RewardService
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,14 @@ def build_app(service: RewardService) -> FastAPI:
     app.state.service = service
     install_handlers(app)
     settings = service.settings
-    max_body = int(settings.max_body_mb * 1024 * 1024)
+    if json_body_limit(settings) < settings.max_body_mb * MIB:
+        logger.info(
+            "JSON bodies are accepted up to %.0f MiB (what a decode worker parses within --decode-memory-mb %d); "
+            "raw batches up to --max-body-mb %g",
+            json_body_limit(settings) / MIB,
+            settings.decode_memory_mb,
+            settings.max_body_mb,
+        )
 
     async def handle(request: Request, allowed: tuple[str, ...], work: Callable[..., Awaitable]) -> object:
         """Check type and size, admit the body, read it while `work` runs, cancel on disconnect."""
@@ -172,8 +180,11 @@ def build_app(service: RewardService) -> FastAPI:
         length = int(declared) if declared is not None else None
         if length is None and ctype == raw_batch.CONTENT_TYPE:
             raise LengthRequired("a raw batch body needs a Content-Length header")
-        reader = BodyReader(request.receive, length, max_body, settings.body_timeout_s)
-        held = length if length is not None else max_body
+        limit = body_limit(settings, ctype)  # a JSON body only as large as a worker can parse
+        if length is not None and length > limit.bytes:
+            raise BodyTooLarge(limit.refusal(length))
+        reader = BodyReader(request.receive, length, limit.bytes, settings.body_timeout_s)
+        held = length if length is not None else limit.bytes
         service.admit_body(held)
         try:
             reader.start()

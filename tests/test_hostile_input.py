@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import io
+import json
 import os
 import signal
 import socket
@@ -366,3 +367,83 @@ def test_chat_files_outside_the_root_fifos_and_links_never_block_or_leak(server,
         assert path == outside or str(outside) not in err["message"]  # never where a link points
         assert err["param"] == "messages[0].content[0].image_url.url"
     valid(server, root)
+
+
+# --- body size, decode memory and the JSON parser's needs, consistent ---------------------------
+
+
+def declare_body(url: str, content_type: str, length: int) -> tuple[int, dict]:
+    """Send only the head of a POST /score/batch declaring `length` bytes; the answer, if it comes
+    before any body byte."""
+    address = httpx.URL(url)
+    with socket.create_connection((address.host, address.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /score/batch HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {length}\r\n\r\n".encode()
+        )
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        length_left = int(
+            next(v for k, v in (h.split(b": ", 1) for h in head.split(b"\r\n")[1:]) if k.lower() == b"content-length")
+        )
+        while len(body) < length_left:
+            body += sock.recv(65536)
+    return status, json.loads(body)
+
+
+def test_a_json_body_larger_than_a_worker_can_parse_is_a_413_naming_the_limits(server):
+    """Defaults: a 384 MiB JSON batch is under --max-body-mb 512 but needs more than a decode
+    worker's 4096 MiB to parse (before: read whole, then 422 "body is not valid JSON: Not enough
+    memory..."). Now refused from its Content-Length, before a byte is read, naming both limits."""
+    status, answer = declare_body(server.url, "application/json", 384 * 1024 * 1024)
+    assert status == 413 and answer["error"]["type"] == "body_too_large", answer
+    message = answer["error"]["message"]
+    assert "--decode-memory-mb 4096" in message and "application/x-reward-batch" in message, message
+    status, answer = declare_body(server.url, "application/json", 600 * 1024 * 1024)
+    assert status == 413 and "--decode-memory-mb" in answer["error"]["message"], answer
+
+
+def json_batch(episodes: int, frames: np.ndarray) -> bytes:
+    item = {"task_text": TASK, "frames": inline(frames)}
+    return json.dumps({"requests": [item] * episodes}).encode()
+
+
+@pytest.mark.slow
+def test_json_bodies_up_to_the_derived_limit_parse_and_memory_errors_are_413(root):
+    """With --decode-memory-mb 256 a JSON body may be 16 MiB (256 / 16): one just under it parses
+    in a worker and is scored; one above is a 413 from its Content-Length, and the same episodes
+    as a raw batch are scored; a body under the limit whose parse needs more memory than the
+    worker has (millions of tiny values) is a 413 naming the budget, never a 422 "not valid
+    JSON" (before: either a 422 or a 400 invalid_video from the dead worker)."""
+    limit = 256 * 1024 * 1024 // 16
+    frames = np.random.default_rng(1).integers(0, 60, (40, 128, 128, 3), np.uint8)
+    with InProcessServer(video_roots=[str(root)], decode_memory_mb=256, decode_timeout_s=30) as s:
+        under = json_batch(6, frames)
+        assert 0.8 * limit < len(under) < limit, len(under)
+        r = post(f"{s.url}/score/batch", content=under, headers={"content-type": "application/json"}, timeout=120)
+        assert r.status_code == 200 and all(i["response"] for i in r.json()["results"]), r.text[:300]
+
+        over = json_batch(8, frames)
+        assert len(over) > limit
+        r = post(f"{s.url}/score/batch", content=over, headers={"content-type": "application/json"}, timeout=120)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large", r.text[:300]
+        assert "--decode-memory-mb 256" in r.json()["error"]["message"]
+        from reward_client import raw_batch
+        from reward_client.protocol import ScoreOptions
+
+        raw = raw_batch.encode([(ScoreOptions(task_text=TASK), frames)] * 8).tobytes()
+        r = post(f"{s.url}/score/batch", content=raw, headers={"content-type": raw_batch.CONTENT_TYPE}, timeout=120)
+        assert r.status_code == 200 and all(i["response"] for i in r.json()["results"]), r.text[:300]
+
+        tiny_values = b'{"requests": [], "x": [' + b"[]," * (limit // 3 - 20) + b"[]]}"
+        assert len(tiny_values) < limit
+        r = post(f"{s.url}/score/batch", content=tiny_values, headers={"content-type": "application/json"}, timeout=120)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large", r.text[:300]
+        assert "--decode-memory-mb" in r.json()["error"]["message"], r.text[:300]
+        valid(s, root)
