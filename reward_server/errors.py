@@ -192,8 +192,8 @@ ERROR_TYPES: list[ErrorType] = [
     ErrorType(
         "overloaded",
         503,
-        "full: episodes (`--max-queue`), body bytes (`--max-inflight-mb`) or requests (`--max-connections`) in "
-        "progress; `Retry-After` says when to retry",
+        "full: episodes and chat requests together (`--max-queue`; `/metrics` counts them apart), body bytes "
+        "(`--max-inflight-mb`) or requests (`--max-connections`) in progress; `Retry-After` says when to retry",
         (Overloaded,),
     ),
     ErrorType("not_ready", 503, "the server is loading, draining or failed", (NotReady,)),

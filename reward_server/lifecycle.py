@@ -22,7 +22,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from reward_client.protocol import ItemError
-from reward_server.errors import RETRY_AFTER_S, render_error
+from reward_server.errors import BY_TYPE, RETRY_AFTER_S, render_error
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,7 @@ def guarded_protocol(
             reset can destroy the answer before the client reads it."""
             self._rejected = True
             self._disarm()
+            assert BY_TYPE[kind].status == status  # every error type is in errors.py's table
             path = self.scope.get("path", "") if getattr(self, "scope", None) else ""
             body = json.dumps(render_error(status, ItemError(type=kind, message=message), path)).encode()
             retry = b"retry-after: %d\r\n" % RETRY_AFTER_S if status == 503 else b""

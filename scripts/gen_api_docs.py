@@ -24,26 +24,9 @@ The schema itself is served at `GET /openapi.json` (and browsable at `/docs`). T
 
 Errors have the shape `{"error": {"type": ..., "message": ...}}`; under `/v1` (OpenAI's chat
 dialect, models in `reward_client/openai_chat.py`) they have OpenAI's shape, `{"error":
-{"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type above
-and `param` the request field at fault:
-
-| status | when |
-|---|---|
-| 400 | the video cannot be used (not a container the server reads, not a regular file, undecodable), unknown backend, an option the backend or this deployment does not support, `max_tokens` over `--max-tokens-limit`; under `/v1`: an image that cannot be used (not a JPEG, PNG or WebP data URL or file under `--video-root`; http(s) URLs are never fetched), more images than `--max-images-per-request`, `stream: true`, `n` other than 1 |
-| 401 | `--api-key` is set and the request has no or a wrong `Authorization: Bearer` header |
-| 403 | `video_path` outside the server's `--video-root` directories |
-| 404 | no such route (`not_found`); under `/v1` also `model` naming a model this server does not serve (`model_not_found`; `GET /v1/models` lists it) |
-| 405 | a route asked with a method it does not take (`method_not_allowed`; `Allow` names those it does) |
-| 408 | the body stalled for `--body-timeout-s` (or the request head for `--header-timeout-s`) |
-| 411 | a raw batch body without `Content-Length` |
-| 413 | body larger than `--max-body-mb` or than `--max-inflight-mb` allows at all; a video or image over a decode budget (`--max-video-frames`, `--max-frame-pixels`, checked from the header before decoding, `--decode-timeout-s`, `--decode-memory-mb`); more episodes than `--max-queue` in one request |
-| 415 | content type other than `application/json` (or `application/x-reward-batch` on `/score/batch`) |
-| 422 | malformed JSON, raw batch or a field that fails validation (the message names it) |
-| 431 | request head larger than `--max-header-kb` |
-| 499 | (logged only) the client disconnected; its engine work was aborted |
-| 503 | loading, draining, failed, or full: episodes and chat requests together (`--max-queue`; `/metrics` counts them apart: `reward_episodes_in_progress`, `reward_chat_in_progress`) or body bytes (`--max-inflight-mb`) in progress (`Retry-After` says when to retry) |
-| 504 | the request took longer than `--request-timeout-s` (in a batch: that item's error) |
-| 500 | an internal error (details only in the server log) |
+{"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type below
+and `param` the request field at fault. In a batch, an item that fails has the same `type` in
+its own `error`, and the other items are scored. Every 503 carries `Retry-After`.
 """
 
 
@@ -78,9 +61,20 @@ def _limits(schema: dict) -> str:
     return ", ".join(parts)
 
 
+def error_table() -> list[str]:
+    """The error types (reward_server/errors.py's one table), by status."""
+    from reward_server.errors import ERROR_TYPES
+
+    lines = ["## Error types", "", "| status | `type` | when |", "|---|---|---|"]
+    for e in sorted(ERROR_TYPES, key=lambda e: e.status):
+        lines.append(f"| {e.status} | `{e.type}` | {e.when.replace('|', chr(92) + '|')} |")
+    return [*lines, ""]
+
+
 def render(openapi: dict) -> str:
     components = openapi["components"]["schemas"]
-    lines = [INTRO, "## Routes", ""]
+    lines = [INTRO, *error_table(), "Every `GET` route also answers `HEAD` (the same status and headers, no body).", ""]
+    lines += ["## Routes", ""]
     for path, methods in openapi["paths"].items():
         for method, op in methods.items():
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")

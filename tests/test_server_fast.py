@@ -200,6 +200,15 @@ def test_batch_past_its_deadline_answers_finished_items_and_marks_the_rest(slow)
     assert results[1]["error"]["type"] == "deadline_exceeded"
 
 
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/metrics", "/stats", "/openapi.json"])
+def test_head_is_answered_on_get_routes(server, path):
+    """Monitors probe with HEAD: the GET answer's status and headers, no body (before: 405)."""
+    got, head = get(f"{server.url}{path}"), httpx.head(f"{server.url}{path}", timeout=30)
+    assert head.status_code == got.status_code == 200, head.text
+    assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"]
+    assert httpx.head(f"{server.url}/score", timeout=30).status_code == 405
+
+
 def test_max_tokens_beyond_the_server_limit_is_refused(server):
     r = post(f"{server.url}/score", json=body(backend_kwargs={"max_tokens": 8000}))
     assert r.status_code == 400 and "--max-tokens-limit" in r.json()["error"]["message"]
