@@ -1,8 +1,9 @@
 """The HTTP layer: `build_app(service)` wires routes, error handlers and lifespan around a service.
 
-Routes read their own bodies (body.py): admission is decided from Content-Length before any
-byte is read, raw batches are scored while they stream in, and a client that disconnects has
-its work cancelled. Authentication and request metrics are one plain ASGI middleware.
+Routes read their own bodies (body.py): bytes are admitted as they arrive (a body that alone
+exceeds the limit is refused from its Content-Length before any byte is read), raw batches
+are scored while they stream in, and a client that disconnects has its work cancelled.
+Authentication and request metrics are one plain ASGI middleware.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from reward_client.protocol import (
     ScoreRequest,
     ScoreResponse,
 )
-from reward_server.body import BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
+from reward_server.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
 from reward_server.chat import ChatCompletions
 from reward_server.errors import (
     RETRY_AFTER_S,
@@ -183,9 +184,14 @@ def build_app(service: RewardService) -> FastAPI:
         limit = body_limit(settings, ctype)  # a JSON body only as large as a worker can parse
         if length is not None and length > limit.bytes:
             raise BodyTooLarge(limit.refusal(length))
-        reader = BodyReader(request.receive, length, limit.bytes, settings.body_timeout_s)
-        held = length if length is not None else limit.bytes
-        service.admit_body(held)
+        limits = BodyLimits(
+            max_bytes=limit.bytes,
+            idle_timeout_s=settings.body_timeout_s,
+            min_rate=settings.body_min_rate_kib_s * 1024,
+            total_s=settings.request_timeout_s,
+        )
+        reader = BodyReader(request.receive, length, limits, service.admission)
+        service.admit_body(length)
         try:
             reader.start()
             answer = await cancel_on_disconnect(work(reader, started, ctype), reader)
@@ -197,7 +203,7 @@ def build_app(service: RewardService) -> FastAPI:
             return answer
         finally:
             await reader.close()
-            service.release_body(held)
+            service.release_body()
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, openapi_extra=_body_schema(ScoreRequest))
     async def score(request: Request) -> ScoreResponse:
@@ -266,6 +272,7 @@ def build_app(service: RewardService) -> FastAPI:
         m.bytes_in_progress.set(service.admission.bytes)
         m.engine_running.set(service.engine.stats.running)
         m.decode_workers_replaced.set(service.pool.replaced)
+        m.set_decoded(service.decoded.as_dict())
         return Response(m.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/stats")
@@ -279,6 +286,7 @@ def build_app(service: RewardService) -> FastAPI:
             "chat_in_progress": service.admission.chat,
             "bytes_in_progress": service.admission.bytes,
             "decode_workers_replaced": service.pool.replaced,
+            **service.decoded.as_dict(),
         }
 
     _with_request_schemas(app, (ScoreRequest, BatchScoreRequest, ChatCompletionRequest))

@@ -1,16 +1,29 @@
 """Reading a request body from ASGI, progressively, and noticing when the client leaves.
 
-The body lands in one buffer allocated from Content-Length, so episodes can be prepared from
-views of it while the rest is still arriving (`wait_for`), with no join or copy. A sender that
-stalls longer than the idle timeout is cut off; after the body, the reader keeps listening so
-the handler can be cancelled (and its engine work aborted) when the client disconnects.
+The body lands in one buffer reserved from Content-Length, so episodes can be prepared from
+views of it while the rest is still arriving (`wait_for`), with no join or copy. Memory and
+admission follow the bytes that arrived, never the bytes declared: a large body's buffer is an
+anonymous mapping whose pages exist only once written (a client that declares 512 MiB and sends
+one byte holds one page), and each chunk is admitted against `--max-inflight-mb` as it arrives
+(`Admission.take_arrived`). A body that would push the bytes in progress past the limit is
+refused then (503, retryable) and gives back what it held, so partial uploads never wait on each
+other.
+
+A body has a total deadline a trickle cannot extend: after a grace of `--body-timeout-s` it must
+have arrived at `--body-min-rate-kib-s` on average, and all of it within `--request-timeout-s`;
+a sender that stalls for `--body-timeout-s` is cut off too (408, connection closed). After the
+body, the reader keeps listening so the handler can be cancelled (and its engine work aborted)
+when the client disconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import mmap
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -32,16 +45,47 @@ class ClientGone(ConnectionError):
     """The client disconnected before its answer was ready."""
 
 
+# bodies declared larger than this get a lazily backed mapping; smaller ones a plain bytearray
+# (zero-filled at once, which touches its pages: harmless at this size)
+MAPPED_FROM_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    max_bytes: int  # --max-body-mb
+    idle_timeout_s: float  # --body-timeout-s: no byte for this long ends the body; also the grace
+    min_rate: float  # bytes/s on average after the grace (--body-min-rate-kib-s)
+    total_s: float  # the whole body within this (--request-timeout-s)
+
+
+class ArrivedBytes(Protocol):
+    """Where arrived bytes are admitted (reward_server.admission.Admission)."""
+
+    def take_arrived(self, n: int, held: int) -> None: ...
+
+    def give_bytes(self, n: int) -> None: ...
+
+
+def _buffer(length: int | None) -> bytearray | mmap.mmap:
+    if length is not None and length >= MAPPED_FROM_BYTES:
+        return mmap.mmap(-1, length)  # pages materialise when written: memory follows arrival
+    return bytearray(length) if length is not None else bytearray()
+
+
 class BodyReader:
-    def __init__(self, receive: Receive, length: int | None, max_bytes: int, idle_timeout_s: float):
+    def __init__(self, receive: Receive, length: int | None, limits: BodyLimits, admission: ArrivedBytes | None = None):
+        max_bytes = limits.max_bytes
         if length is not None and length > max_bytes:
             raise BodyTooLarge(f"body of {length} bytes exceeds the limit of {max_bytes} bytes (--max-body-mb)")
         self._receive = receive
         self.length = length
+        self.limits = limits
         self.max_bytes = max_bytes
-        self.idle_timeout_s = idle_timeout_s
-        self.buffer = bytearray(length) if length is not None else bytearray()
+        self._admission = admission
+        self.held = 0  # bytes admitted against --max-inflight-mb, given back by close()
+        self.buffer = _buffer(length)
         self.received = 0
+        self.started = time.monotonic()
         self.done = False
         self.error: BaseException | None = None
         self.disconnected = asyncio.Event()
@@ -52,18 +96,42 @@ class BodyReader:
         self._task = asyncio.create_task(self._run(), name="body-reader")
         return self
 
+    def _deadline(self) -> float:
+        """When the body is late: after the grace, it must keep up with the minimum rate, so each
+        byte extends the deadline by 1/rate only (a trickle cannot hold the connection)."""
+        lim = self.limits
+        by_rate = self.started + lim.idle_timeout_s + self.received / lim.min_rate
+        return min(by_rate, self.started + lim.total_s)
+
+    def _late(self) -> BodyTimeout:
+        lim = self.limits
+        elapsed = time.monotonic() - self.started
+        if elapsed >= lim.total_s:
+            why = f"the body did not arrive within {lim.total_s:g} s (--request-timeout-s)"
+        else:
+            why = (
+                f"the body arrived at {self.received / elapsed / 1024:.3g} KiB/s, below the "
+                f"{lim.min_rate / 1024:g} KiB/s required after the first {lim.idle_timeout_s:g} s "
+                "(--body-min-rate-kib-s)"
+            )
+        return BodyTimeout(f"{why} ({self.received} bytes received in {elapsed:.0f} s)")
+
     async def _run(self) -> None:
         try:
             while not self.done:
+                idle_s = self.limits.idle_timeout_s
+                late_in = self._deadline() - time.monotonic()
+                if late_in <= 0:
+                    raise self._late()
                 try:
                     # not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives as the
                     # message does (close() on an empty body), and this task then never ends
-                    async with asyncio.timeout(self.idle_timeout_s):
+                    async with asyncio.timeout(min(idle_s, late_in)):
                         message = await self._receive()
                 except TimeoutError:
-                    raise BodyTimeout(
-                        f"no body data for {self.idle_timeout_s:g} s ({self.received} bytes received)"
-                    ) from None
+                    if late_in <= idle_s:
+                        raise self._late() from None
+                    raise BodyTimeout(f"no body data for {idle_s:g} s ({self.received} bytes received)") from None
                 if message["type"] == "http.disconnect":
                     self.disconnected.set()
                     raise ClientGone("the client disconnected while sending its body")
@@ -90,6 +158,9 @@ class BodyReader:
         end = self.received + len(chunk)
         if end > self.max_bytes or (self.length is not None and end > self.length):
             raise BodyTooLarge(f"body exceeds {self.length or self.max_bytes} bytes")
+        if self._admission is not None:
+            self._admission.take_arrived(len(chunk), self.held)
+            self.held += len(chunk)
         if self.length is not None:
             self.buffer[self.received : end] = chunk
         else:
@@ -126,6 +197,13 @@ class BodyReader:
                 await self._task
             except BaseException:
                 pass
+        self.release()
+
+    def release(self) -> None:
+        """Give the admitted bytes back (the buffer itself goes when the last view of it does)."""
+        if self._admission is not None and self.held:
+            self._admission.give_bytes(self.held)
+        self.held = 0
 
 
 async def cancel_on_disconnect(work: Awaitable, reader: BodyReader):

@@ -69,7 +69,7 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
         except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
-            conn.send((True, fn(*args), False))
+            _send_result(conn, fn(*args))
         except MemoryError:
             conn.send((False, MemoryError(), True))  # the pool names it for what the task read
         except VideoTooLarge as exc:
@@ -80,6 +80,41 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
                 conn.send((False, exc, False))
             except Exception:  # an exception that does not pickle
                 conn.send((False, RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"), False))
+
+
+@dataclass(frozen=True)
+class _ArrayFollows:
+    """Stands in for a large array result, whose bytes follow as one message: the server
+    receives them straight into the array (a pickled array would be held twice, as the message
+    and as the array, for a moment: gigabytes for a long 1080p episode)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+DIRECT_ARRAY_BYTES = 1 << 20
+
+
+def _send_result(conn: Connection, value: Any) -> None:
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and value.nbytes >= DIRECT_ARRAY_BYTES and value.dtype.hasobject is False:
+        value = np.ascontiguousarray(value)
+        conn.send((True, _ArrayFollows(value.shape, value.dtype.str), False))
+        conn.send_bytes(memoryview(value).cast("B"))
+        return
+    conn.send((True, value, False))
+
+
+def _receive_result(conn: Connection) -> tuple[bool, Any, bool]:
+    ok, value, recycle = conn.recv()
+    if isinstance(value, _ArrayFollows):
+        import numpy as np
+
+        array = np.empty(value.shape, dtype=np.dtype(value.dtype))
+        conn.recv_bytes_into(memoryview(array).cast("B"))
+        value = array
+    return ok, value, recycle
 
 
 STARTUP_TIMEOUT_S = 120.0
@@ -144,7 +179,7 @@ class _Worker:
         self.conn.send((fn, args))
         if not self.conn.poll(timeout_s):
             raise TimeoutError
-        return self.conn.recv()
+        return _receive_result(self.conn)
 
     def kill(self) -> None:
         self.proc.kill()

@@ -22,13 +22,14 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from reward_client.bounded_json import InvalidJSON, loads_bounded
-from reward_client.frames import FrameSpec
+from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
 from reward_server.decode_pool import DecodePool
+from reward_server.decoded_budget import DecodedBudget, decoded_bytes
 from reward_server.images import MediaRef, decode_chat_media
 from reward_server.media_paths import open_confined
-from reward_server.video import DecodeLimits, VideoError, decode_frames, fit_frames, pick_frames
+from reward_server.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
 
 
 class InvalidBody(ValueError):
@@ -103,6 +104,16 @@ def parse_chat_json(body: bytes) -> ChatCompletionRequest:
     return _validate(ChatCompletionRequest, body)  # type: ignore[return-value]
 
 
+def probe_media(kind: SourceKind, payload: str | bytes, roots: Sequence[str], limits: DecodeLimits) -> Probe:
+    """Frame count and size of an encoded video (a confined path, or the file's bytes), undecoded."""
+    if kind == "path":
+        assert isinstance(payload, str)
+        with open_confined(payload, roots, limits.max_file_bytes) as fh:
+            return probe_video(fh, limits)
+    assert isinstance(payload, bytes)
+    return probe_video(payload, limits)
+
+
 def decode_media(
     kind: SourceKind,
     payload: str | bytes,
@@ -111,15 +122,16 @@ def decode_media(
     spec: FrameSpec,
     roots: Sequence[str],
     limits: DecodeLimits,
+    probe: Probe | None = None,
 ) -> np.ndarray:
     """Model-ready frames of an encoded video (a confined path, or the file's bytes)."""
     if kind == "path":
         assert isinstance(payload, str)
         with open_confined(payload, roots, limits.max_file_bytes) as fh:
-            frames = decode_frames(fh, nframes, spec, limits)
+            frames = decode_frames(fh, nframes, spec, limits, probe)
     else:
         assert isinstance(payload, bytes)
-        frames = decode_frames(payload, nframes, spec, limits)
+        frames = decode_frames(payload, nframes, spec, limits, probe)
     return fit_frames(frames, max_pixels, spec)
 
 
@@ -127,15 +139,30 @@ def decode_media(
 
 
 def prepare_raw(frames: np.ndarray, nframes: int, max_pixels: int, spec: FrameSpec) -> np.ndarray:
-    """Model-ready frames from raw frames (in a thread: picking copies, resizing releases the GIL)."""
-    return np.ascontiguousarray(fit_frames(pick_frames(frames, nframes, spec), max_pixels, spec))
+    """Model-ready frames from raw frames (in a thread: resizing releases the GIL). Frames that
+    are already model-ready (every frame picked, on the grid) stay what they are, a view of the
+    body; otherwise the picked frames are resized straight into the answer, with no picked copy
+    in between."""
+    try:
+        steps = spec.pick_steps(len(frames), nframes)
+    except FrameError as exc:
+        raise VideoError(str(exc)) from None
+    return np.ascontiguousarray(fit_frames(frames, max_pixels, spec, steps))
 
 
 class Preparer:
     """Turns parsed sources into model-ready frames, in the right place for each kind."""
 
-    def __init__(self, pool: DecodePool, spec: FrameSpec, roots: Sequence[str], limits: DecodeLimits):
+    def __init__(
+        self,
+        pool: DecodePool,
+        spec: FrameSpec,
+        roots: Sequence[str],
+        limits: DecodeLimits,
+        budget: DecodedBudget | None = None,
+    ):
         self.pool = pool
+        self.budget = budget
         self.spec = spec
         self.roots = list(roots)
         self.limits = limits
@@ -144,9 +171,21 @@ class Preparer:
         o = source.options
         if source.kind == "frames":
             assert isinstance(source.payload, np.ndarray)
-            return await asyncio.to_thread(prepare_raw, source.payload, o.nframes, o.max_pixels, self.spec)
+            return await self.raw(source.payload, o.nframes, o.max_pixels)
+        probe = None
+        if self.budget is not None:  # what decoding will make, known before decoding
+            probe = await self.pool.run(probe_media, source.kind, source.payload, self.roots, self.limits)
+            await self._admit(probe.frames, probe.height, probe.width, o.nframes, o.max_pixels)
         return await self.pool.run(
-            decode_media, source.kind, source.payload, o.nframes, o.max_pixels, self.spec, self.roots, self.limits
+            decode_media,
+            source.kind,
+            source.payload,
+            o.nframes,
+            o.max_pixels,
+            self.spec,
+            self.roots,
+            self.limits,
+            probe,
         )
 
     async def media(self, refs: Sequence[MediaRef]) -> list[np.ndarray]:
@@ -165,3 +204,18 @@ class Preparer:
             DEFAULT_MAX_PIXELS,
             task=task,
         )
+
+    async def raw(self, frames: np.ndarray, nframes: int, max_pixels: int) -> np.ndarray:
+        """Model-ready frames from decoded ones (a raw batch item's view of the body, or inline
+        frames), within the decoded-memory budget."""
+        t, h, w = frames.shape[:3]
+        await self._admit(t, h, w, nframes, max_pixels)
+        return await asyncio.to_thread(prepare_raw, frames, nframes, max_pixels, self.spec)
+
+    async def _admit(self, t: int, h: int, w: int, nframes: int, max_pixels: int) -> None:
+        """Take the episode's decoded size from the budget until its task (its answer) ends."""
+        if self.budget is None:
+            return
+        nbytes = decoded_bytes(t, h, w, nframes, max_pixels, self.spec)
+        lease = await self.budget.take(nbytes, f"this episode ({t} frames of {w}x{h}, nframes {nframes})")
+        lease.hold_until_task_ends()

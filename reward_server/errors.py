@@ -17,6 +17,7 @@ from reward_client.protocol import ErrorBody, ItemError
 from reward_server.admission import Overloaded, TooMuchForServer
 from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.decode_pool import WorkerDied
+from reward_server.decoded_budget import DecodedTooLarge
 from reward_server.decoding import InvalidBody, validation_message
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
 from reward_server.images import ImageError, ImageTooLarge
@@ -103,7 +104,13 @@ ERROR_TYPES: list[ErrorType] = [
         (TooMuchForServer,),
     ),
     ErrorType("length_required", 411, "a raw batch body without `Content-Length`", (LengthRequired,)),
-    ErrorType("body_timeout", 408, "the body stalled for `--body-timeout-s`", (BodyTimeout,)),
+    ErrorType(
+        "body_timeout",
+        408,
+        "the body stalled for `--body-timeout-s`, arrived slower than `--body-min-rate-kib-s` on average after "
+        "that grace, or not within `--request-timeout-s` (a trickle cannot extend it); the connection is closed",
+        (BodyTimeout,),
+    ),
     ErrorType("header_timeout", 408, "the request head did not arrive within `--header-timeout-s`"),
     ErrorType("request_head_too_large", 431, "the request line and headers exceed `--max-header-kb`"),
     ErrorType(
@@ -146,6 +153,14 @@ ERROR_TYPES: list[ErrorType] = [
         400,
         "an image that cannot be used: not JPEG, PNG or WebP, a malformed or non-base64 data URL, undecodable",
         (ImageError,),
+    ),
+    ErrorType(
+        "decoded_too_large",
+        413,
+        "one episode's decoded frames (frames x height x width x 3 after the resize, known before decoding) "
+        "exceed the whole `--max-decoded-mb` budget (in a batch: that item's error); one that fits later waits "
+        "its turn within its deadline",
+        (DecodedTooLarge,),
     ),
     ErrorType(
         "video_too_large",
@@ -193,7 +208,9 @@ ERROR_TYPES: list[ErrorType] = [
         "overloaded",
         503,
         "full: episodes and chat requests together (`--max-queue`; `/metrics` counts them apart), body bytes "
-        "(`--max-inflight-mb`) or requests (`--max-connections`) in progress; `Retry-After` says when to retry",
+        "that arrived (`--max-inflight-mb`: a declared `Content-Length` takes nothing; a body that crosses it "
+        "mid-way is refused then, its connection closed) or requests (`--max-connections`) in progress; "
+        "`Retry-After` says when to retry",
         (Overloaded,),
     ),
     ErrorType("not_ready", 503, "the server is loading, draining or failed", (NotReady,)),
@@ -248,6 +265,8 @@ def error_response(exc: BaseException, path: str = "") -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"}
     if status in (408, 411, 413):
         headers = {"Connection": "close"}  # the rest of the body is not read
+    if getattr(exc, "close_connection", False):  # refused mid-body (a 503 the client retries)
+        headers = {**(headers or {}), "Connection": "close"}
     param = getattr(exc, "param", None)
     return JSONResponse(render_error(status, error, path, param), status_code=status, headers=headers)
 

@@ -45,5 +45,18 @@ class Metrics:
             "reward_decode_workers_replaced", "Decode workers killed (budget) or found dead, and replaced", registry=r
         )
 
+        self.decoded_mb = {
+            key: Gauge(f"reward_{key}", help_text, registry=r)
+            for key, help_text in (
+                ("decoded_mb_in_use", "Decoded frames held by episodes in progress, MB (--max-decoded-mb)"),
+                ("decoded_mb_budget", "The decoded-memory budget, MB (--max-decoded-mb)"),
+                ("decoded_mb_peak", "The most decoded frames held at once since the start, MB"),
+            )
+        }
+
+    def set_decoded(self, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self.decoded_mb[key].set(value)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -39,19 +39,20 @@ from reward_client.protocol import (
 from reward_server.admission import Admission, WorkKind
 from reward_server.body import BodyReader
 from reward_server.decode_pool import DecodePool, PoolBudget
+from reward_server.decoded_budget import DecodedBudget
 from reward_server.decoding import (
     InvalidBody,
     Preparer,
     Source,
     parse_batch_json,
     parse_score_json,
-    prepare_raw,
     validation_message,
 )
 from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
 from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
 from reward_server.images import MediaRef
+from reward_server.memory_release import Reclaimer
 from reward_server.metrics import Metrics
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
@@ -108,7 +109,11 @@ class RewardService:
             settings.effective_decode_workers(), PoolBudget(settings.decode_timeout_s, settings.decode_memory_mb)
         )
         limits = DecodeLimits(max_frames=settings.max_video_frames, max_frame_pixels=settings.max_frame_pixels)
-        self.preparer = Preparer(self.pool, profile.frame_spec, settings.video_roots, limits)
+        self.reclaimer = Reclaimer() if settings.reclaim_memory else None
+        self.decoded = DecodedBudget(
+            settings.effective_max_decoded_mb(), self.reclaimer.released if self.reclaimer else None
+        )
+        self.preparer = Preparer(self.pool, profile.frame_spec, settings.video_roots, limits, self.decoded)
 
     @property
     def backend(self) -> str:
@@ -199,14 +204,15 @@ class RewardService:
                 self.status, f"the reward server is {self.status}" + (f": {self.detail}" if self.detail else "")
             )
 
-    def admit_body(self, nbytes: int) -> None:
-        """Called before a body is read: refuse now if the server is not serving or too full."""
+    def admit_body(self, declared: int | None) -> None:
+        """Called before a body is read: refuse now if the server is not serving, or the body
+        alone could never fit; its bytes are admitted as they arrive (body.py)."""
         self.require_ready()
-        self.admission.take_bytes(nbytes)
+        if declared is not None:
+            self.admission.check_declared(declared)
         self.active += 1
 
-    def release_body(self, nbytes: int) -> None:
-        self.admission.give_bytes(nbytes)
+    def release_body(self) -> None:
         self.active -= 1
 
     async def _admitted(
@@ -281,7 +287,6 @@ class RewardService:
         except raw_batch.RawBatchError as exc:
             detail = f": {validation_message(exc.errors)}" if exc.errors else ""
             raise InvalidBody(f"{exc}{detail}") from None
-        spec = self.profile.frame_spec
 
         async def frames_of(item: raw_batch.RawScoreItem) -> Frames:
             assert item.frames is not None
@@ -289,7 +294,7 @@ class RewardService:
             view = await reader.wait_for(end)
             received = time.perf_counter()
             arr = raw_batch.frames_view(item.frames, view[header_end:])
-            return Frames(await asyncio.to_thread(prepare_raw, arr, item.nframes, item.max_pixels, spec), received)
+            return Frames(await self.preparer.raw(arr, item.nframes, item.max_pixels), received)
 
         work = []
         for item in header.requests:

@@ -75,6 +75,17 @@ class ServerSettings(BaseModel):
     max_inflight_mb: float | None = Field(
         None, gt=0, description="request bodies held at once, MB; beyond: 503 (default: a quarter of RAM, <= 4096)"
     )
+    max_decoded_mb: float | None = Field(
+        None,
+        gt=0,
+        description="decoded frames held at once, MB (frames x height x width x 3 after the resize); an episode "
+        "beyond it alone: 413, else it waits its turn (default: a quarter of RAM)",
+    )
+    reclaim_memory: bool = Field(
+        True,
+        description="after large episodes are answered, collect reference cycles and return freed heap "
+        "memory to the system (malloc_trim)",
+    )
     request_timeout_s: float = Field(600.0, gt=0, description="deadline per request; past it the answer is 504")
     decode_workers: int | None = Field(
         None, ge=1, le=64, description="processes parsing JSON bodies and decoding video; default: half the cores, <= 8"
@@ -84,7 +95,15 @@ class ServerSettings(BaseModel):
     max_video_frames: int = Field(20_000, ge=2, description="frames an encoded video may hold (413 above)")
     max_frame_pixels: int = Field(1920 * 1088, ge=784, description="pixels per frame of an encoded video (413 above)")
     max_body_mb: float = Field(512.0, gt=0, description="largest request body accepted (413 above)")
-    body_timeout_s: float = Field(30.0, gt=0, description="a body that stalls this long is dropped (408)")
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a body that stalls this long is dropped (408); also the grace before the minimum rate"
+    )
+    body_min_rate_kib_s: float = Field(
+        64.0,
+        gt=0,
+        description="after --body-timeout-s, a body must have arrived at this average rate (KiB/s) or it is "
+        "dropped (408): a trickle cannot hold a connection",
+    )
     header_timeout_s: float = Field(10.0, gt=0, description="a connection must send its request headers within this")
     max_header_kb: int = Field(64, ge=4, description="largest request head (line + headers) accepted (431 above)")
     max_connections: int = Field(
@@ -151,6 +170,13 @@ class ServerSettings(BaseModel):
             return self.max_inflight_mb
         total_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
         return max(self.max_body_mb, min(4096.0, total_mb / 4))
+
+    def effective_max_decoded_mb(self) -> float:
+        if self.max_decoded_mb is not None:
+            return self.max_decoded_mb
+        from reward_server.decoded_budget import default_budget_mb
+
+        return default_budget_mb()
 
     @model_validator(mode="after")
     def _vllm_only(self) -> ServerSettings:

@@ -15,8 +15,10 @@ Media files are hostile input. The rules, each closing a class of problems:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -57,27 +59,62 @@ _NO_MEMORY = "decoding this video needs more memory than the decode budget allow
 _DEMUXER_OPTIONS = {"enable_drefs": "0", "use_absolute_path": "0"}
 
 
-def decode_frames(
-    source: BinaryIO | bytes,
-    nframes: int,
-    spec: FrameSpec = QWEN2_5_VL,
-    limits: DecodeLimits = DecodeLimits(),
-) -> np.ndarray:
-    """The `nframes` (normalized by `spec`) frames of an encoded video that the model will see,
-    picked exactly as `spec.pick_steps` picks them, as RGB uint8 [T, H, W, 3]."""
-    import av
+@dataclass(frozen=True)
+class Probe:
+    """What a video will decode to, known without decoding: its frame count and frame size."""
 
+    frames: int
+    height: int
+    width: int
+
+
+def _handle(source: BinaryIO | bytes) -> tuple[BinaryIO, str]:
     handle = io.BytesIO(source) if isinstance(source, bytes | bytearray) else source
     head = handle.read(16)
     handle.seek(0)
     demuxer = _sniff(head)
     if demuxer is None:
         raise VideoError(f"not a video container this server reads ({ALLOWED_CONTAINERS})")
+    return handle, demuxer
+
+
+def probe_video(source: BinaryIO | bytes, limits: DecodeLimits = DecodeLimits()) -> Probe:
+    """Frame count (a demux pass) and frame size (the stream's header) of an encoded video, each
+    within its limit: what decoding it will cost, before anything is decoded."""
+    import av
+
+    handle, demuxer = _handle(source)
+    with _decode_errors(av):
+        return _count_frames(av, handle, demuxer, limits)
+
+
+def decode_frames(
+    source: BinaryIO | bytes,
+    nframes: int,
+    spec: FrameSpec = QWEN2_5_VL,
+    limits: DecodeLimits = DecodeLimits(),
+    probe: Probe | None = None,
+) -> np.ndarray:
+    """The `nframes` (normalized by `spec`) frames of an encoded video that the model will see,
+    picked exactly as `spec.pick_steps` picks them, as RGB uint8 [T, H, W, 3]. With `probe`
+    (probe_video's answer for this file), the count pass is skipped and a stream of another
+    size is refused: memory was admitted for that size."""
+    import av
+
+    handle, demuxer = _handle(source)
+    with _decode_errors(av):
+        if probe is None:
+            probe = _count_frames(av, handle, demuxer, limits)
+            handle.seek(0)
+        wanted = spec.pick_steps(probe.frames, nframes)
+        return _decode_picked(av, handle, demuxer, wanted, limits, (probe.height, probe.width))
+
+
+@contextlib.contextmanager
+def _decode_errors(av):
+    """FFmpeg's and the allocator's failures as the errors a client is shown."""
     try:
-        total = _count_frames(av, handle, demuxer, limits)
-        handle.seek(0)
-        wanted = spec.pick_steps(total, nframes)
-        return _decode_picked(av, handle, demuxer, wanted, limits)
+        yield
     except (VideoError, FrameError):
         raise
     except MemoryError:
@@ -103,10 +140,12 @@ def _video_stream(container, limits: DecodeLimits):
     return stream
 
 
-def _count_frames(av, handle, demuxer: str, limits: DecodeLimits) -> int:
-    """Frames in the first video stream, counted from its packets (nothing is decoded)."""
+def _count_frames(av, handle, demuxer: str, limits: DecodeLimits) -> Probe:
+    """Frames in the first video stream, counted from its packets (nothing is decoded), and
+    the stream's frame size."""
     with _open(av, handle, demuxer) as container:
         stream = _video_stream(container, limits)
+        height, width = stream.codec_context.height, stream.codec_context.width
         count = 0
         for packet in container.demux(stream):
             if packet.size:
@@ -115,11 +154,13 @@ def _count_frames(av, handle, demuxer: str, limits: DecodeLimits) -> int:
                     raise VideoTooLarge(f"the video has more than {limits.max_frames} frames")
     if count == 0:
         raise VideoError("the video has no frames")
-    return count
+    return Probe(count, height, width)
 
 
-def _decode_picked(av, handle, demuxer: str, wanted: list[int], limits: DecodeLimits) -> np.ndarray:
-    """Decode up to the last wanted frame, converting only the wanted ones."""
+def _decode_picked(
+    av, handle, demuxer: str, wanted: list[int], limits: DecodeLimits, size: tuple[int, int]
+) -> np.ndarray:
+    """Decode up to the last wanted frame, converting only the wanted ones, each at `size`."""
     last = wanted[-1]
     needed = set(wanted)
     picked: dict[int, np.ndarray] = {}
@@ -136,6 +177,11 @@ def _decode_picked(av, handle, demuxer: str, wanted: list[int], limits: DecodeLi
                     raise VideoTooLarge(
                         f"a frame of {frame.width}x{frame.height} exceeds the limit of "
                         f"{limits.max_frame_pixels} pixels per frame"
+                    )
+                if frame.width * frame.height > size[0] * size[1]:
+                    raise VideoTooLarge(
+                        f"a frame of {frame.width}x{frame.height} is larger than the {size[1]}x{size[0]} "
+                        "its stream declares (memory was admitted for that size)"
                     )
                 if index in needed:
                     picked[index] = frame.to_ndarray(format="rgb24")
@@ -156,20 +202,25 @@ def _decode_picked(av, handle, demuxer: str, wanted: list[int], limits: DecodeLi
     return np.stack(frames)
 
 
-def fit_frames(frames: np.ndarray, max_pixels: int, spec: FrameSpec = QWEN2_5_VL) -> np.ndarray:
-    """Resize [T, H, W, 3] frames onto the model grid; frames already on it are returned as they are."""
-    _, height, width, _ = frames.shape
+def fit_frames(
+    frames: np.ndarray, max_pixels: int, spec: FrameSpec = QWEN2_5_VL, steps: Sequence[int] | None = None
+) -> np.ndarray:
+    """Resize [T, H, W, 3] frames (those at `steps`, all by default) onto the model grid, each
+    straight into the answer. Frames already on the grid are returned as they are when every one
+    is kept in order (a view: no copy), else as the picked ones."""
+    total, height, width, _ = frames.shape
     try:
         h, w = spec.fit_size(height, width, max_pixels)
     except FrameError as exc:
         raise VideoError(str(exc)) from None
+    picked = list(range(total)) if steps is None else list(steps)
     if (h, w) == (height, width):
-        return frames
+        return frames if picked == list(range(total)) else frames[picked]
     import cv2
 
-    out = np.empty((frames.shape[0], h, w, 3), dtype=np.uint8)
-    for i, frame in enumerate(frames):
-        out[i] = cv2.resize(np.ascontiguousarray(frame), (w, h), interpolation=cv2.INTER_CUBIC)
+    out = np.empty((len(picked), h, w, 3), dtype=np.uint8)
+    for i, step in enumerate(picked):
+        out[i] = cv2.resize(np.ascontiguousarray(frames[step]), (w, h), interpolation=cv2.INTER_CUBIC)
     return out
 
 

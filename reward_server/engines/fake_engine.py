@@ -14,11 +14,15 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
   `refuse_on`: one that fails just that request as retryable (EngineRequestFailed, as vLLM's
   request-level errors end); `die_on`: one that kills the engine (EngineDead).
 - `split_words` (default ""): comma-separated answer words the fake tokenizer splits in two.
+- `seen_media` (default 64): `seen` lists every request, but only the most recent ones keep their
+  frames and images; older entries are copies without them, so a long run on this engine (a
+  chaos test, a soak, a memory measurement) does not keep every episode's pixels.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 
@@ -46,6 +50,7 @@ class FakeEngine(Engine):
         self.started = False
         self.dead: str | None = None
         self.seen: list[EngineRequest] = []  # every request, in arrival order (tests read it)
+        self.seen_media = int(o.get("seen_media", 64))
         self.tokens_generated = 0  # tokens "produced" so far, across requests; stops on abort
 
     @property
@@ -63,6 +68,10 @@ class FakeEngine(Engine):
         if self.dead:
             raise EngineDead(self.dead)
         self.seen.append(request)
+        old = len(self.seen) - 1 - self.seen_media
+        if old >= 0 and self.seen[old].videos() + self.seen[old].images:
+            # a copy without pixels: a request still in flight keeps its own frames
+            self.seen[old] = dataclasses.replace(self.seen[old], video=None, images=[], clips=[])
         text = " ".join(request.chat.texts())
         started = time.perf_counter()
         await asyncio.sleep(self.delay_s)
