@@ -95,12 +95,13 @@ class ManiSkillAdapter:
                 f"env reward_model needs reward_mode: raw (got {cfg.get('reward_mode', 'default')!r}): the "
                 "judge's value replaces the simulator's reward, which only the raw mode passes through"
             )
+        from reward_client.deferred import MANISKILL_RETURNS
         from reward_client.rlinf_hook import VLMRewardHook
 
         self.env = env
         self.num_envs = int(env.num_envs)
         self.reward_coef = float(cfg.get("reward_coef", 1.0))
-        self.hook = hook or VLMRewardHook.from_rlinf_config(cfg, self.num_envs)
+        self.hook = hook or VLMRewardHook.from_rlinf_config(cfg, self.num_envs, returns=MANISKILL_RETURNS)
         self.task_id = str(cfg.init_params.id)
         self._fixed_task = self.hook.config.task_text or MANISKILL_TASKS.get(self.task_id)
 
@@ -150,9 +151,10 @@ class ManiSkillAdapter:
         values = self.hook.step(self.view(obs, infos, terminations, truncations))
         return torch.as_tensor(self.reward_coef * values, dtype=torch.float32, device=self.env.device)
 
-    def place_rewards(self, current: Any, earlier: list[Any], chunk_index: int) -> int:
-        """RLinf's env worker hands over its rewards after each chunk step (the hook's `place_rewards`)."""
-        return self.hook.place_rewards(current, earlier, chunk_index)
+    def place_rewards(self, current: Any, earlier: list[Any], chunk_index: int, **worker: Any) -> int:
+        """RLinf's env worker hands over its rewards (and, for async judging, the episode metrics
+        it read) after each chunk step: the hook's `place_rewards`."""
+        return self.hook.place_rewards(current, earlier, chunk_index, **worker)
 
     def episode_info(self) -> dict[str, Any]:
         """The hook's per-episode values as tensors on the env's device, for `infos["episode"]`."""

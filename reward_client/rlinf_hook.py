@@ -24,6 +24,13 @@ changes no reward.
 All envs that end in the same step are judged in one batch request, with the canary probes of
 some of them (reward_client.canary); the judge is audited against the env's own success flag
 (reward_client.audit). Neither touches a reward.
+
+With `async: True` the judge is off the rollout's critical path: an episode's end submits its
+batch and the step returns at once (the ended episode's value stays 0 in the env); the judged
+reward is added to RLinf's rollout buffer at the episode's own done step when the answer has
+come (reward_client.deferred), and the env worker waits for what is still out only at the
+rollout epoch's last chunk step (rlinf_patches/env_worker.patch), bounded by `deadline_s`.
+Rewards, their sum per episode and the logged `env/return` are those of the synchronous mode.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -42,6 +52,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from reward_client.audit import CanaryTally, JudgeAudit, task_key
 from reward_client.canary import CANARY_KINDS, CURVE_CANARIES, CanaryKind, CanaryPlanner
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
+from reward_client.deferred import (
+    LIBERO_RETURNS,
+    DeferredEpisode,
+    Outcome,
+    Record,
+    ReturnRule,
+    add,
+    full_like,
+    locate,
+)
 from reward_client.dense import Move, model_frame_count, moves, place, point_frames
 from reward_client.env_adapters import EnvStep, LiberoAdapter
 from reward_client.episodes import EpisodeBuffers
@@ -54,9 +74,17 @@ logger = logging.getLogger(__name__)
 class RewardModelConfig(BaseModel):
     """`env.train.reward_model` in an RLinf run config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     enable: bool = False
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="judge off the rollout's critical path: submit at an episode's end, place the reward in "
+        "RLinf's rollout buffer when it comes, wait only at the rollout epoch's end (needs "
+        "rlinf_patches/env_worker.patch; without it no judged reward reaches the actor)",
+    )
+    async_batches: int = Field(4, ge=1, le=64, description="async: batch requests in flight at once")
     url: str | list[str] = Field(
         "http://127.0.0.1:18080", description="one server, or a list of replicas (round-robin, failover, split batches)"
     )
@@ -103,6 +131,32 @@ class RewardModelConfig(BaseModel):
     )
 
 
+# An env worker places what the judge said after every chunk step; this many steps without a
+# placement while answers are owed means RLinf's env worker is not patched.
+UNPLACED_STEPS_LIMIT = 4096
+
+
+@dataclass
+class _Batch:
+    """One batch request: the ended episodes (and canary probes) as sent, and what is needed to
+    turn the answer into rewards whenever it comes."""
+
+    envs: np.ndarray
+    tasks: list[str]
+    task_ids: list[Any]
+    success: list[bool]  # the env's success flag at the done step (the `env_success` fallback)
+    success_so_far: list[bool]  # success at any step of the episode (what the audit compares with)
+    steps: list[list[int]]  # frame steps sent, per episode (for a curve's moves)
+    lengths: list[int]
+    probes: list
+    episodes: list[tuple[ScoreOptions, np.ndarray | str]]
+    paths: list[str | None]
+    started: float
+    finished: float = 0.0
+    deferred: list[DeferredEpisode] = field(default_factory=list)  # async mode
+    future: Future | None = None
+
+
 class VLMRewardHook:
     def __init__(
         self,
@@ -113,11 +167,15 @@ class VLMRewardHook:
         reward_coef: float = 1.0,
         use_rel_reward: bool = False,
         auto_reset: bool = False,
+        returns: ReturnRule = LIBERO_RETURNS,
     ):
         self.config = config
         self.num_envs = num_envs
         self.ignore_terminations = ignore_terminations
         self.reward_coef = reward_coef
+        self.use_rel_reward = use_rel_reward
+        self.auto_reset = auto_reset
+        self.returns = returns
         # a curve places rewards only where RLinf rewards the change of the hook's value (the
         # success bonus appears once): without use_rel_reward it would stand at every later step
         self.dense = config.progress_points > 1 and use_rel_reward
@@ -158,13 +216,27 @@ class VLMRewardHook:
             "canaries": 0,
             "canary_failures": 0,
         }
+        # async mode: absolute steps (every env steps together), and what is owed to the buffer
+        self.t = 0  # actions stepped by every env since the hook was built
+        self.start_t = np.zeros(num_envs, dtype=np.int64)  # absolute index of each env's episode's first action
+        self.success_t = np.full(num_envs, -1, dtype=np.int64)  # absolute step of the episode's first success
+        self.inflight: list[_Batch] = []
+        self.deferred: list[DeferredEpisode] = []  # ended, not yet placed
+        self.open: dict[int, DeferredEpisode] = {}  # env -> its deferred episode, while the env has not reset
+        self.records: list[Record] = []  # the epoch's infos["episode"] the env worker read
+        self._last_place_t = 0
+        self._pool: ThreadPoolExecutor | None = None
         self._video_dir = config.video_dir or os.path.join(tempfile.gettempdir(), "rlinf_vlm_episodes")
         if config.transport == "video_path" or config.keep_videos:
             os.makedirs(self._video_dir, exist_ok=True)
         self._wait_for_server()
 
+    @property
+    def is_async(self) -> bool:
+        return self.config.async_
+
     @classmethod
-    def from_rlinf_config(cls, cfg: Any, num_envs: int) -> VLMRewardHook:
+    def from_rlinf_config(cls, cfg: Any, num_envs: int, returns: ReturnRule = LIBERO_RETURNS) -> VLMRewardHook:
         """Build from RLinf's env config (an OmegaConf node holding `reward_model`)."""
         raw = cfg.reward_model
         try:
@@ -180,6 +252,7 @@ class VLMRewardHook:
             reward_coef=float(cfg.get("reward_coef", 1.0)),
             use_rel_reward=bool(cfg.get("use_rel_reward", False)),
             auto_reset=bool(cfg.get("auto_reset", False)),
+            returns=returns,
         )
 
     def _wait_for_server(self) -> None:
@@ -205,14 +278,26 @@ class VLMRewardHook:
     def start(self, env_idx: Any, frames: Any) -> None:
         """Episodes start for env_idx (None: every env); frames holds all envs' current frames."""
         ids = np.arange(self.num_envs) if env_idx is None else np.atleast_1d(np.asarray(env_idx, dtype=np.int64))
+        new_epoch = len(ids) == self.num_envs  # every env restarts: a new rollout epoch
+        if new_epoch and self.deferred and not self.auto_reset:
+            raise RuntimeError(
+                f"VLM reward (async): {len(self.deferred)} judged episodes of the last rollout epoch were never placed "
+                "in RLinf's rollout buffer. Async judging needs rlinf_patches/env_worker.patch (bash "
+                "scripts/apply_rlinf_patches.sh RLINF_DIR), or set env.train.reward_model.async: False"
+            )
         frames = np.asarray(frames)
         self.buffers.start(ids, frames[ids])
         for arr in (self.values, self.scores, self.fallback, self.latency_ms, self.moved):
             arr[ids] = 0.0
         self.judged[ids] = False
         self.env_success[ids] = False
+        self.start_t[ids] = self.t
+        self.success_t[ids] = -1
         for env in map(int, ids):
             self.curves.pop(env, None)
+            episode = self.open.pop(env, None)
+            if episode is not None:  # its value stood until this reset (auto reset: the chunk's last step)
+                episode.close_t = self.t - 1
         stale = [env for env in map(int, ids) if self.pending.pop(env, None)]
         if stale and not self._unplaced_warned:
             self._unplaced_warned = True
@@ -222,15 +307,24 @@ class VLMRewardHook:
                 stale,
             )
         for window in (self.audit, self.canaries):
-            if window is not None and len(ids) == self.num_envs:  # every env restarts: a new rollout epoch
+            if window is not None and new_epoch:
                 window.new_window()
 
     def step(self, view: EnvStep) -> np.ndarray:
         """Record this step's frames, judge the episodes that just ended (all in one request);
         returns the per-env value that stands where the env's success signal stood in RLinf's
-        reward: 0 until an episode first ends, then its score."""
+        reward: 0 until an episode first ends, then its score (async: 0 until the episode's
+        reward is placed in the rollout buffer by the env worker)."""
+        self.t += 1
+        now = self.t - 1  # this step's absolute index
         running = ~self.judged
         self.env_success |= view.success & running
+        # the env's return counts this step's reward unless it succeeded before (LIBERO)
+        counted = (self.success_t < 0) if self.returns.stops_at_success else np.ones(self.num_envs, dtype=bool)
+        self.success_t[view.success & (self.success_t < 0)] = now
+        for env, episode in self.open.items():  # the value stands after the done step (sync)
+            episode.tail.append((now, bool(counted[env])))
+            episode.success_t = int(self.success_t[env])
         self._task_ids = view.task_ids
         self.buffers.append(view.frames, running)
         if self.ignore_terminations:
@@ -241,7 +335,13 @@ class VLMRewardHook:
             ended = view.terminations
         new = np.flatnonzero(ended & running)
         if len(new):
-            self._judge(new, view)
+            self._judge(new, view, counted)
+        if self.is_async and self.deferred and self.t - self._last_place_t > UNPLACED_STEPS_LIMIT:
+            raise RuntimeError(
+                f"VLM reward (async): {self.t - self._last_place_t} steps without RLinf's env worker placing a "
+                "judged reward. Async judging needs rlinf_patches/env_worker.patch, or set "
+                "env.train.reward_model.async: False"
+            )
         return self.values.copy()
 
     # --- called by the patched LiberoEnv -------------------------------------------------
@@ -262,15 +362,44 @@ class VLMRewardHook:
         (LIBERO's) name the per-task audit scalars (else a slug of the task text does)."""
         return self.step(LiberoAdapter.view(main_images, task_descriptions, terminations, truncations, task_ids))
 
-    def place_rewards(self, current: Any, earlier: list[Any], chunk_index: int) -> int:
-        """Called by RLinf's env worker after each chunk step (rlinf_patches/env_worker.patch):
-        move the parts of this step's terminal rewards that a progress curve places earlier.
-        `current` is the chunk just stepped ([num_envs, actions per chunk], chunk `chunk_index`
-        of the rollout epoch), `earlier` the worker's rewards of the epoch's chunks before it."""
-        if not self.pending:
-            return 0
-        pending, self.pending = self.pending, {}
-        placed = place(pending, current, earlier, chunk_index)
+    # --- called by RLinf's env worker (rlinf_patches/env_worker.patch) -------------------------
+
+    def place_rewards(
+        self,
+        current: Any,
+        earlier: list[Any],
+        chunk_index: int,
+        episode_info: dict[str, Any] | None = None,
+        dones: Any = None,
+        last: bool = False,
+    ) -> int:
+        """Called by RLinf's env worker after each chunk step: put what the judge said where it
+        belongs. `current` is the chunk just stepped ([num_envs, actions per chunk], chunk
+        `chunk_index` of the rollout epoch), `earlier` the worker's rewards of the chunks before
+        it. Sync mode: a progress curve's moves. Async mode: every episode whose answer has come
+        (at the epoch's `last` chunk step: after waiting for all of them), with the env metrics
+        the worker read (`episode_info`, rows per `dones` under auto reset) corrected in place.
+        Returns how many reward entries were changed."""
+        if not self.is_async:
+            if not self.pending:
+                return 0
+            pending, self.pending = self.pending, {}
+            placed = place(pending, current, earlier, chunk_index)
+            self.placed += placed
+            return placed
+        self._last_place_t = self.t
+        if episode_info:
+            self._keep_record(episode_info, dones)
+        self._collect(wait=last)
+        if last:  # the epoch ends: every value stood until here
+            for episode in self.open.values():
+                episode.close_t = self.t - 1
+            self.open.clear()
+        placed = self._place_answered(current, earlier)
+        if last:
+            if self.records and self.records[-1].last_t == self.t - 1:  # read at this very step
+                self._refresh_windows(self.records[-1])
+            self.records.clear()
         self.placed += placed
         return placed
 
@@ -287,6 +416,12 @@ class VLMRewardHook:
         for window in (self.audit, self.canaries):
             info.update({k: np.full(self.num_envs, v) for k, v in (window.scalars() if window else {}).items()})
         return info
+
+    def close(self) -> None:
+        """Stop the async request threads (answers still out are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     # --- judging ------------------------------------------------------------------------------
 
@@ -324,10 +459,10 @@ class VLMRewardHook:
             return self.client.score_batch(requests)
         return self.client.score_episodes(episodes)
 
-    def _judge(self, envs: np.ndarray, view: EnvStep) -> None:
+    def _judge(self, envs: np.ndarray, view: EnvStep, counted: np.ndarray) -> None:
         tasks = view.tasks
         started = time.perf_counter()
-        frames = [self.buffers.frames(int(e)) for e in envs]
+        frames = [self.buffers.frames(int(e)) for e in envs]  # copies: the env goes on stepping
         if self.config.to_grid:
             frames = [to_grid(f, max_pixels=self.config.max_pixels) for f in frames]
         texts = [str(tasks[e]) for e in envs]
@@ -336,46 +471,92 @@ class VLMRewardHook:
         built = [self._episode(int(e), t, f) for e, t, f in zip(envs, texts, frames, strict=True)]
         # static and reversed probes get a curve too: one that rises on them shows a judge blind to motion
         built += [self._episode(p.source, p.task, p.frames, p.request_id, p.kind in CURVE_CANARIES) for p in probes]
-        episodes = [(options, video) for options, video, _ in built]
-        paths = [path for _, _, path in built]
         self.counts["episodes"] += len(envs)
         self.counts["batches"] += 1
         self.counts["canaries"] += len(probes)
+        batch = _Batch(
+            envs=envs,
+            tasks=texts,
+            task_ids=[None if self._task_ids is None else self._task_ids[e] for e in envs],
+            success=[bool(view.success[e]) for e in envs],
+            success_so_far=[bool(self.env_success[e]) for e in envs],
+            steps=[self.buffers.steps(int(e)) for e in envs] if self.dense else [[] for _ in envs],
+            lengths=[self.buffers.length(int(e)) for e in envs],
+            probes=probes,
+            episodes=[(options, video) for options, video, _ in built],
+            paths=[path for _, _, path in built],
+            started=started,
+        )
+        self.judged[envs] = True
+        if not self.is_async:
+            self._finish(batch, *self._call(batch))
+            return
+        for i, env in enumerate(map(int, envs)):
+            episode = DeferredEpisode(
+                env=env,
+                start_t=int(self.start_t[env]),
+                end_t=self.t - 1,
+                counted_end=bool(counted[env]),
+                success=batch.success[i],
+                steps=batch.steps[i],
+                length=batch.lengths[i],
+                task=texts[i],
+                task_id=batch.task_ids[i],
+                success_t=int(self.success_t[env]),
+            )
+            batch.deferred.append(episode)
+            self.deferred.append(episode)
+            self.open[env] = episode
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.async_batches, thread_name_prefix="vlm-judge")
+        batch.future = self._pool.submit(self._call, batch)
+        self.inflight.append(batch)
+
+    def _call(self, batch: _Batch) -> tuple[list | None, RewardClientError | None]:
+        """The request; in async mode on a request thread, touching no state of the hook but the client."""
         try:
-            items = self._score_batch(episodes, len(envs))
+            return self._score_batch(batch.episodes, len(batch.envs)), None
         except RewardClientError as exc:
+            return None, exc
+        finally:
+            self._cleanup(batch.paths)
+            batch.finished = time.perf_counter()
+
+    def _finish(self, batch: _Batch, items: list | None, error: RewardClientError | None) -> None:
+        """Turn a batch's answer (or its failure) into each episode's outcome, with the counts,
+        fallbacks, audit and canary tallies of the synchronous hook."""
+        envs = batch.envs
+        if error is not None:
             self.counts["request_errors"] += 1
             if self.config.fail_on_request_error:
                 raise RuntimeError(
-                    f"VLM reward request for {len(envs)} episodes failed: {exc}. Set "
+                    f"VLM reward request for {len(envs)} episodes failed: {error}. Set "
                     f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' "
                     "fallback instead (counted in env/vlm_fallback)"
-                ) from exc
+                ) from error
             logger.warning(
                 "VLM reward request failed (%s); %d episodes use the '%s' fallback",
-                exc,
+                error,
                 len(envs),
                 self.config.fallback,
             )
-            items = [None] * len(episodes)
-        finally:
-            self._cleanup(paths)
+            items = [None] * len(batch.episodes)
         real = zip(envs, items[: len(envs)], strict=True)
         refused = [(int(env), item.error) for env, item in real if item is not None and item.error is not None]
         if refused:
             # the server answered, but not for these episodes (a wrong option, a deadline): a
             # request error like any other, not a model output to fall back from silently
             self.counts["request_errors"] += 1
-            env, error = refused[0]
+            env, err = refused[0]
             if self.config.fail_on_request_error:
                 raise RuntimeError(
                     f"VLM reward server refused {len(refused)} of {len(envs)} episodes (env {env}: "
-                    f"{error.type}: {error.message}). Fix the reward_model settings, or set "
+                    f"{err.type}: {err.message}). Fix the reward_model settings, or set "
                     f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' "
                     "fallback instead (counted in env/vlm_fallback)"
                 )
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        for probe, item in zip(probes, items[len(envs) :], strict=True):  # logged only; a failure is counted
+        elapsed_ms = (batch.finished - batch.started) * 1000
+        for probe, item in zip(batch.probes, items[len(envs) :], strict=True):  # logged only; a failure is counted
             answer = item.response if item is not None else None
             score = answer.score if answer is not None else None
             self.counts["canary_failures"] += score is None
@@ -383,7 +564,7 @@ class VLMRewardHook:
             if score is None and item is not None:  # a request that failed was logged once, above
                 why = item.error or item.response.parse_status.value
                 logger.warning("VLM canary %s has no score (%s); no reward depends on it", probe.request_id, why)
-        for env, item in zip(envs, items[: len(envs)], strict=True):
+        for i, (env, item) in enumerate(zip(map(int, envs), items[: len(envs)], strict=True)):
             score = item.response.score if item is not None and item.response is not None else None
             if score is None:
                 reason = (
@@ -395,19 +576,32 @@ class VLMRewardHook:
                 )
                 if item is not None and item.response is not None:
                     self.counts["parse_failures"] += 1
-                self._fall_back(int(env), bool(view.success[env]), reason)
+                outcome = Outcome(0.0, self._fall_back(env, batch.success[i], reason), True, elapsed_ms)
             else:
-                self.scores[env] = score
-                self.values[env] = self._value(score)
                 self.counts["scored"] += 1
-                self._measure(int(env), str(tasks[env]), score, item.response.progress)
-                if item.response.progress is not None:
-                    self.curves[int(env)] = item.response.progress
-                    if self.dense:
-                        self._plan_moves(int(env), item.response.progress)
-            self.latency_ms[env] = elapsed_ms
-            self.judged[env] = True
+                curve = item.response.progress
+                outcome = Outcome(score, self._value(score), False, elapsed_ms, curve)
+                self._measure(batch.task_ids[i], batch.tasks[i], score, batch.success_so_far[i], curve)
+                if curve is not None and self.dense:
+                    outcome.moves = self._plan_moves(batch.steps[i], batch.lengths[i], curve)
+            if batch.deferred:
+                batch.deferred[i].outcome = outcome
+            else:
+                self._apply(env, outcome)
         logger.info("VLM reward: judged %d episodes in %.0f ms (totals %s)", len(envs), elapsed_ms, self.counts)
+
+    def _apply(self, env: int, outcome: Outcome) -> None:
+        """The outcome as the env's current episode's values (what episode_info reports)."""
+        self.values[env] = outcome.value if not self.is_async else 0.0  # async: the buffer gets it instead
+        self.scores[env] = outcome.score
+        self.fallback[env] = float(outcome.fallback)
+        self.latency_ms[env] = outcome.latency_ms
+        if outcome.curve is not None:
+            self.curves[env] = outcome.curve
+        if outcome.moves:
+            self.moved[env] = -outcome.moves[-1][1]
+            if not self.is_async:
+                self.pending[env] = outcome.moves
 
     def _score_batch(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]], real: int) -> list:
         """If the server refuses the request as sent (4xx, e.g. a body limit that the canary
@@ -420,40 +614,130 @@ class VLMRewardHook:
             logger.warning("VLM canary: request refused with its probes (%s); resending the episodes alone", exc)
             return [*self._send(episodes[:real]), *[None] * (len(episodes) - real)]
 
-    def _measure(self, env: int, task: str, score: float, curve: list[float | None] | None) -> None:
+    # --- async: answers to the rollout buffer ---------------------------------------------------
+
+    def _collect(self, wait: bool) -> None:
+        """Finish the batches whose answers have come (wait: all of them, each bounded by the
+        client's deadline plus its request timeout, after which it is a failed request)."""
+        still: list[_Batch] = []
+        for batch in self.inflight:
+            if not (wait or batch.future.done()):
+                still.append(batch)
+                continue
+            bound = batch.started + self.config.deadline_s + self.config.timeout_s - time.perf_counter()
+            try:
+                items, error = batch.future.result(timeout=max(bound, 0.0))
+            except FutureTimeout:
+                batch.finished = time.perf_counter()
+                items, error = (
+                    None,
+                    RewardClientError(
+                        f"no answer within deadline_s={self.config.deadline_s:g} s (+ timeout_s) of submission"
+                    ),
+                )
+            self._finish(batch, items, error)
+        self.inflight = still
+
+    def _place_answered(self, current: Any, earlier: list[Any]) -> int:
+        """Every deferred episode that is answered and whose value no longer stands: its rewards
+        into the buffer by absolute step, its metrics into the records the worker read."""
+        per_chunk = int(current.shape[1])
+        ready = [e for e in self.deferred if e.outcome is not None and e.close_t is not None]
+        if not ready:
+            return 0
+        rel = self.use_rel_reward
+        targets = []
+        for episode in ready:  # locate everything first: nothing is changed if one step cannot be placed
+            for step, amount, _ in episode.deltas(self.reward_coef, rel):
+                if amount != 0.0:
+                    back, slot = locate(step, self.t, per_chunk, earlier)
+                    targets.append((current if back == 0 else earlier[-back], episode.env, slot, amount))
+        for rewards, env, slot, amount in targets:
+            add(rewards, env, slot, amount)
+        for episode in ready:
+            self.deferred.remove(episode)
+            self._correct_records(episode, rel)
+            if self.open.get(episode.env) is None and self.start_t[episode.env] == episode.start_t:
+                self._apply(episode.env, episode.outcome)  # still the env's episode (the epoch ended)
+        return len(targets)
+
+    def _keep_record(self, info: dict[str, Any], dones: Any) -> None:
+        rows_total = len(next(iter(info.values())))
+        if rows_total == self.num_envs:
+            rows = {env: env for env in range(self.num_envs)}
+        else:  # auto reset: RLinf keeps the rows of the envs done at the chunk's last step
+            done = np.asarray(dones.cpu() if hasattr(dones, "cpu") else dones, dtype=bool).reshape(self.num_envs, -1)
+            rows = {int(env): row for row, env in enumerate(np.flatnonzero(done[:, -1]))}
+        self.records.append(Record(self.t - 1, info, rows))
+
+    def _correct_records(self, episode: DeferredEpisode, rel: bool) -> None:
+        """What the env would have logged for this episode, in each record read while it stood."""
+        outcome, env = episode.outcome, episode.env
+        for record in self.records:
+            row = record.rows.get(env)
+            if row is None or not episode.end_t <= record.last_t <= episode.close_t:
+                continue
+            info = record.info
+            gained = sum(
+                amount
+                for step, amount, counted in episode.deltas(self.reward_coef, rel)
+                if counted and step <= record.last_t
+            )
+            if "return" in info:
+                add(info["return"], row, None, gained)
+            if "reward" in info and gained:
+                add(info["reward"], row, None, gained / self._reward_len(episode, record.last_t))
+            for key, value in (
+                ("vlm_score", outcome.score),
+                ("vlm_fallback", float(outcome.fallback)),
+                ("vlm_latency_ms", outcome.latency_ms),
+                ("vlm_moved_reward", -outcome.moves[-1][1] if outcome.moves else 0.0),
+            ):
+                if key in info:
+                    info[key][row] = value
+
+    def _reward_len(self, episode: DeferredEpisode, last_t: int) -> float:
+        """The divisor of the env's `reward` metric (return per step) at step last_t."""
+        elapsed = last_t - episode.start_t + 1
+        if self.returns.reward_len_at_success and 0 <= episode.success_t <= last_t:
+            elapsed = episode.success_t - episode.start_t + 1
+        return float(max(elapsed, 1))
+
+    def _refresh_windows(self, record: Record) -> None:
+        """The epoch's audit and canary aggregates, now that every answer is in, in the last record."""
+        like = next(iter(record.info.values()))
+        for window in (self.audit, self.canaries):
+            for key, value in (window.scalars() if window else {}).items():
+                record.info[key] = full_like(like, len(like), value)
+
+    # --- outcomes -------------------------------------------------------------------------------
+
+    def _measure(self, task_id: Any, task: str, score: float, success: bool, curve: list[float | None] | None) -> None:
         """The judged episode against the env's success flag (fallback episodes were not judged): logged only."""
-        success = bool(self.env_success[env])
         if self.audit is not None:
-            task_id = None if self._task_ids is None else self._task_ids[env]
             self.audit.record(task_key(task_id, task), task, score, success, curve)
         if self.canaries is not None:
             self.canaries.record_real(score, success)
 
-    def _plan_moves(self, env: int, curve: list[float | None]) -> None:
+    def _plan_moves(self, steps: list[int], length: int, curve: list[float | None]) -> list[Move]:
         """Where this episode's terminal reward was earned, by its curve (reward_client.dense)."""
         values = [None if v is None else self._value(v) for v in curve]
-        steps = self.buffers.steps(env)
         frame_steps = point_frames(steps, self.config.nframes, len(curve), self.spec)
-        done_action = max(self.buffers.length(env) - 2, 0)  # frames = actions + the reset frame
-        env_moves = moves(frame_steps, values, done_action, self.reward_coef)
-        if env_moves:
-            self.pending[env] = env_moves
-            self.moved[env] = -env_moves[-1][1]
+        done_action = max(length - 2, 0)  # frames = actions + the reset frame
+        return moves(frame_steps, values, done_action, self.reward_coef)
 
     def _value(self, score: float) -> float:
         if self.config.binary_reward:
             return 1.0 if score >= self.config.success_threshold else 0.0
         return float(score)
 
-    def _fall_back(self, env: int, env_success: bool, reason: str) -> None:
+    def _fall_back(self, env: int, env_success: bool, reason: str) -> float:
         value = float(env_success) if self.config.fallback == "env_success" else 0.0
-        self.values[env] = value
-        self.scores[env] = 0.0
-        self.fallback[env] = 1.0
         self.counts["fallbacks"] += 1
         logger.warning(
             "VLM reward: env %d has no score (%s); fallback '%s' = %g", env, reason, self.config.fallback, value
         )
+        return value
 
     def _cleanup(self, paths: Sequence[str | None]) -> None:
         if self.config.keep_videos:
