@@ -53,7 +53,9 @@ TINY=(
   runner.max_epochs=2 runner.save_interval=-1
 )
 # Run D's own (run_experiments.sh gives a RUN: override to that run alone): PPO needs the critic.
-TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1)
+# D also judges asynchronously (reward_model.async), so the tiny runs cover both modes.
+TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1
+  D:++env.train.reward_model.async=True)
 # The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
 TINY_MANISKILL=(
   env.train.total_num_envs=1 env.eval.total_num_envs=1
@@ -66,6 +68,7 @@ TINY_MANISKILL=(
   algorithm.update_epoch=1 actor.micro_batch_size=16 actor.global_batch_size=16
   rollout.enable_torch_compile=False rollout.enable_cuda_graph=False
   runner.max_epochs=2 runner.val_check_interval=-1 runner.save_interval=-1
+  B:++env.train.reward_model.async=True
 )
 # ManiSkill without CUDA: CPU physics, and SAPIEN's Vulkan device is the CPU (lavapipe).
 MANISKILL_CPU=(

@@ -13,7 +13,8 @@ Scenarios:
   dense  real LIBERO-10 simulation as `sim`, each episode judged as a progress curve, stepped as
          RLinf's env worker steps it: RLinf's own rollout buffer (EmbodiedRolloutResult) keeps
          each chunk's rewards and the patched EnvWorker.place_vlm_rewards runs after every chunk
-         step; reports the rewards of the trajectory that goes to the actor.
+         step; reports the rewards of the trajectory that goes to the actor (--async-judge: with
+         asynchronous judging).
   audit  real LIBERO-10 simulation, --envs envs on task 0 for --epochs rollout epochs as RLinf's
          env worker runs them (reset of every env, chunk steps, infos["episode"] read at the last
          chunk step, RLinf's own reduction of what it read); in epoch k env k succeeds. Every
@@ -144,23 +145,30 @@ def run_dense(args) -> dict:
     overrides = reward_overrides(args, task0=True)
     if args.progress_points is not None:
         overrides.append(f"++env.train.reward_model.progress_points={args.progress_points}")
+    if args.async_judge:
+        overrides.append("++env.train.reward_model.async=True")
     cfg = compose_env_config(args.config_dir, args.run, overrides)
     env = LiberoEnv(cfg, num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
     rollout = EmbodiedRolloutResult(max_episode_length=args.max_steps)
-    worker = SimpleNamespace(env_list=[env], rollout_results=[rollout])  # what place_vlm_rewards reads
+    chunks = args.max_steps // 4
+    # what place_vlm_rewards reads of the worker
+    worker = SimpleNamespace(env_list=[env], rollout_results=[rollout], n_train_chunk_steps=chunks)
     env.is_start = True  # RLinf's bootstrap_step: every rollout epoch starts with a reset
     env.reset()
     chunk, previous, emitted = 4, None, []
-    for k in range(args.max_steps // chunk):
+    for k in range(chunks):
         if previous is not None:  # the worker appends a chunk's rewards at the next chunk step (cloned)
             rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))
         if k == args.goal_chunk:
             env.env.set_init_state(init_state=[goal_state(env, 0)], id=[0])
         actions = np.zeros((2, chunk, 7))
         actions[1, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)
-        _, chunk_rewards, _, _, infos_list = env.chunk_step(actions)
+        _, chunk_rewards, chunk_terms, chunk_truncs, infos_list = env.chunk_step(actions)
         emitted.append(np.asarray(chunk_rewards).copy())
-        EnvWorker.place_vlm_rewards(worker, 0, SimpleNamespace(rewards=chunk_rewards), k)
+        # env_interact_step's env_info (no auto reset: the episode metrics of every env)
+        env_info = {key: value.cpu() for key, value in infos_list[-1]["episode"].items()}
+        dones = SimpleNamespace(rewards=chunk_rewards, dones=chunk_terms | chunk_truncs)
+        EnvWorker.place_vlm_rewards(worker, 0, dones, k, env_info)
         previous = chunk_rewards
     rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))  # the epoch's last append
     trained = rollout.to_trajectory().rewards  # [chunks, envs, actions per chunk]
@@ -168,7 +176,7 @@ def run_dense(args) -> dict:
     result = {
         "trained": trained.permute(1, 0, 2).reshape(2, -1).tolist(),
         "emitted": np.concatenate(emitted, axis=1).tolist(),
-        "episode": {k: np.asarray(v).tolist() for k, v in infos_list[-1]["episode"].items()},
+        "episode": {k: np.asarray(v).tolist() for k, v in env_info.items()},  # as the worker records it
         "curves": [hook.curves.get(e) for e in range(2)],
         "sent_steps": [hook.buffers.steps(e) for e in range(2)],
         "placed": hook.placed,
@@ -403,6 +411,7 @@ def main() -> None:
     parser.add_argument("--canary-fraction", default=None)
     parser.add_argument("--canary-tasks", nargs="*", default=None)
     parser.add_argument("--progress-points", type=int, default=None, help="dense scenario (default: the config's)")
+    parser.add_argument("--async-judge", action="store_true", help="dense scenario: reward_model.async")
     args = parser.parse_args()
     # the checkout shadows any installed rlinf, as run_embodiment.sh's PYTHONPATH does
     sys.path.insert(0, args.rlinf_dir)

@@ -526,46 +526,58 @@ def test_dense_rewards_reach_rlinfs_rollout_buffer_at_their_steps(libero_python,
     """Run D's env on the real simulator, stepped as RLinf's env worker steps it (its rollout
     buffer, the patched place_vlm_rewards after every chunk step): the rewards of the trajectory
     that goes to the actor are each curve point's gain x reward_coef at the step where its prefix
-    ends, and sum to reward_coef x score; what the env itself emitted and logged is unchanged."""
+    ends, and sum to reward_coef x score; what the env logged as its return is reward_coef x score.
+    The same with asynchronous judging: the env emits nothing for the judge while the rollout
+    goes on, and the same rewards reach the buffer and the same return the log."""
     from reward_client.dense import point_frames
     from reward_client.frames import QWEN2_5_VL
 
     steps = 24
-    r = _driver(
-        libero_python,
-        "dense",
-        rlinf_trees["patched"],
-        rlinf_trees["config"],
-        tmp_path / "dense.json",
-        "--run",
-        RUN_D,
-        "--url",
-        vllm_server.url,
-        "--max-steps",
-        str(steps),
-        "--goal-chunk",
-        "2",
-    )
-    coef, trained, emitted = r["reward_coef"], np.array(r["trained"]), np.array(r["emitted"])
-    scores, returns = np.array(r["episode"]["vlm_score"]), np.array(r["episode"]["return"])
-    assert trained.shape == emitted.shape == (2, steps) and r["counts"]["fallbacks"] == 0
-    assert r["episode"]["success_once"] == [True, False]  # env 0 reached the goal, env 1 truncated
-    for env in (0, 1):
-        curve = r["curves"][env]
-        sent = r["sent_steps"][env]
-        assert len(curve) == min(8, len(sent) + len(sent) % 2) and curve[-1] == pytest.approx(scores[env])
-        done = sent[-1] - 1  # the action whose frame ended the episode
-        # the env's own reward and return: today's terminal reward, once
-        assert np.flatnonzero(emitted[env]).tolist() == [done]
-        assert emitted[env, done] == pytest.approx(coef * scores[env])
-        assert returns[env] == pytest.approx(coef * scores[env])
-        # what the actor trains on: each point's gain where its prefix's last frame was made
-        expected, previous = np.zeros(steps), 0.0
-        for frame, value in zip(point_frames(sent, r["nframes"], len(curve), QWEN2_5_VL), curve, strict=True):
-            expected[max(frame - 1, 0)] += coef * (value - previous)
-            previous = value
-        np.testing.assert_allclose(trained[env], expected, atol=1e-5)
-        assert trained[env].sum() == pytest.approx(coef * scores[env], abs=1e-5)
-        assert np.count_nonzero(trained[env][:done]) >= 3  # earlier steps got their share
-        assert r["episode"]["vlm_moved_reward"][env] == pytest.approx(coef * scores[env] - trained[env, done], abs=1e-5)
-    assert r["placed"] > 0
+    runs = {}
+    for mode in ("sync", "async"):
+        r = runs[mode] = _driver(
+            libero_python,
+            "dense",
+            rlinf_trees["patched"],
+            rlinf_trees["config"],
+            tmp_path / f"dense_{mode}.json",
+            "--run",
+            RUN_D,
+            "--url",
+            vllm_server.url,
+            "--max-steps",
+            str(steps),
+            "--goal-chunk",
+            "2",
+            *(["--async-judge"] if mode == "async" else []),
+        )
+        coef, trained, emitted = r["reward_coef"], np.array(r["trained"]), np.array(r["emitted"])
+        scores, returns = np.array(r["episode"]["vlm_score"]), np.array(r["episode"]["return"])
+        assert trained.shape == emitted.shape == (2, steps) and r["counts"]["fallbacks"] == 0
+        assert r["episode"]["success_once"] == [True, False]  # env 0 reached the goal, env 1 truncated
+        for env in (0, 1):
+            curve = r["curves"][env]
+            sent = r["sent_steps"][env]
+            assert len(curve) == min(8, len(sent) + len(sent) % 2) and curve[-1] == pytest.approx(scores[env])
+            done = sent[-1] - 1  # the action whose frame ended the episode
+            # the env's own reward: today's terminal reward, once (async: none, the buffer gets it)
+            if mode == "sync":
+                assert np.flatnonzero(emitted[env]).tolist() == [done]
+                assert emitted[env, done] == pytest.approx(coef * scores[env])
+            else:
+                assert np.count_nonzero(emitted[env]) == 0
+            assert returns[env] == pytest.approx(coef * scores[env])  # what RLinf logs as env/return
+            # what the actor trains on: each point's gain where its prefix's last frame was made
+            expected, previous = np.zeros(steps), 0.0
+            for frame, value in zip(point_frames(sent, r["nframes"], len(curve), QWEN2_5_VL), curve, strict=True):
+                expected[max(frame - 1, 0)] += coef * (value - previous)
+                previous = value
+            np.testing.assert_allclose(trained[env], expected, atol=1e-5)
+            assert trained[env].sum() == pytest.approx(coef * scores[env], abs=1e-5)
+            assert np.count_nonzero(trained[env][:done]) >= 3  # earlier steps got their share
+            moved = r["episode"]["vlm_moved_reward"][env]
+            assert moved == pytest.approx(coef * scores[env] - trained[env, done], abs=1e-5)
+        assert r["placed"] > 0
+    # the same episodes (same simulator, same frames sent): the same rewards either way
+    assert runs["async"]["sent_steps"] == runs["sync"]["sent_steps"]
+    np.testing.assert_allclose(runs["async"]["trained"], runs["sync"]["trained"], atol=1e-3)
