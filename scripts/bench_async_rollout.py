@@ -207,7 +207,9 @@ def _rlinf_tree(venv: Path, work: Path) -> Path:
     (tree / "examples").mkdir(parents=True)
     shutil.copytree(package, tree / "rlinf", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(examples / "embodiment", tree / "examples" / "embodiment")
-    subprocess.run(["bash", str(ROOT / "scripts" / "apply_rlinf_patches.sh"), str(tree)], check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "apply_rlinf_patches.sh"), str(tree)], check=True, capture_output=True
+    )
     return tree
 
 
