@@ -80,10 +80,12 @@ def _epoch(env, worker, chunks: int, chunk: int, action, before_chunk) -> float:
         _, rewards, terms, truncs, infos_list = env.chunk_step(action(k))
         dones = terms | truncs
         infos = infos_list[-1]
-        if "final_info" in infos:  # auto reset: the rows of the envs done at the chunk's last step
+        if not env.auto_reset:  # env_interact_step: every env's episode metrics
+            env_info = {key: v.cpu() for key, v in infos["episode"].items()}
+        elif "final_info" in infos:  # auto reset: the rows of the envs done at the chunk's last step
             env_info = {key: v[dones[:, -1]].cpu() for key, v in infos["final_info"]["episode"].items()}
         else:
-            env_info = {key: v.cpu() for key, v in infos["episode"].items()}
+            env_info = {}
         EnvWorker.place_vlm_rewards(worker, 0, SimpleNamespace(rewards=rewards, dones=dones), k, env_info)
         previous = rewards
     rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))
@@ -125,7 +127,9 @@ def drive_libero(args) -> dict:
 
         def action(k: int):
             a = np.zeros((2, chunk, 7))
-            a[:, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)  # the arm moves until the goal state is set
+            for e, goal_chunk in ((e, c) for c, e in goals.items()):
+                if k < goal_chunk:  # the arm moves until its goal state is set, then rests
+                    a[e, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)
             return a
 
         return _epoch(env, workers[mode], chunks, chunk, action, before_chunk) + reset_s
