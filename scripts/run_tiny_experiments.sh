@@ -51,11 +51,11 @@ TINY=(
   actor.micro_batch_size=16 actor.global_batch_size=32 actor.enable_offload=False rollout.enable_offload=False
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
   runner.max_epochs=2 runner.save_interval=-1
+  # the run configs judge asynchronously; B judges synchronously, so the tiny runs cover both modes
+  B:env.train.reward_model.async=False
 )
 # Run D's own (run_experiments.sh gives a RUN: override to that run alone): PPO needs the critic.
-# D also judges asynchronously (reward_model.async), so the tiny runs cover both modes.
-TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1
-  D:++env.train.reward_model.async=True)
+TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1)
 # The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
 TINY_MANISKILL=(
   env.train.total_num_envs=1 env.eval.total_num_envs=1
@@ -68,7 +68,6 @@ TINY_MANISKILL=(
   algorithm.update_epoch=1 actor.micro_batch_size=16 actor.global_batch_size=16
   rollout.enable_torch_compile=False rollout.enable_cuda_graph=False
   runner.max_epochs=2 runner.val_check_interval=-1 runner.save_interval=-1
-  B:++env.train.reward_model.async=True
 )
 # ManiSkill without CUDA: CPU physics, and SAPIEN's Vulkan device is the CPU (lavapipe).
 MANISKILL_CPU=(

@@ -55,6 +55,7 @@ def reward_overrides(args, task0: bool) -> list[str]:
         f"{rm}.wait_ready_s={args.wait_ready_s}",
         f"{rm}.deadline_s={args.deadline_s}",
         f"{rm}.timeout_s={min(args.deadline_s, 300)}",
+        f"{rm}.async={args.async_judge}",  # the scenarios but `dense` read rewards from the env itself
     ]
     if task0:
         out.append("+env.train.task_id_filter=[0]")
@@ -145,8 +146,6 @@ def run_dense(args) -> dict:
     overrides = reward_overrides(args, task0=True)
     if args.progress_points is not None:
         overrides.append(f"++env.train.reward_model.progress_points={args.progress_points}")
-    if args.async_judge:
-        overrides.append("++env.train.reward_model.async=True")
     cfg = compose_env_config(args.config_dir, args.run, overrides)
     env = LiberoEnv(cfg, num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
     rollout = EmbodiedRolloutResult(max_episode_length=args.max_steps)
@@ -411,7 +410,9 @@ def main() -> None:
     parser.add_argument("--canary-fraction", default=None)
     parser.add_argument("--canary-tasks", nargs="*", default=None)
     parser.add_argument("--progress-points", type=int, default=None, help="dense scenario (default: the config's)")
-    parser.add_argument("--async-judge", action="store_true", help="dense scenario: reward_model.async")
+    parser.add_argument(
+        "--async-judge", action="store_true", help="reward_model.async (dense only: the others read the env's rewards)"
+    )
     args = parser.parse_args()
     # the checkout shadows any installed rlinf, as run_embodiment.sh's PYTHONPATH does
     sys.path.insert(0, args.rlinf_dir)

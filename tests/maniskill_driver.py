@@ -47,6 +47,7 @@ def compose_env_config(args):
         f"{rm}.deadline_s={args.deadline_s}",
         f"{rm}.timeout_s={min(args.deadline_s, 300)}",
         f"{rm}.canary_fraction=0",
+        f"{rm}.async=False",  # the rewards are read from the env itself, not from RLinf's rollout buffer
     ]
     with initialize_config_dir(config_dir=args.config_dir, version_base="1.1"):
         cfg = compose(config_name=f"maniskill_ppo_mlp_{args.run}", overrides=overrides)
