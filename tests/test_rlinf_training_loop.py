@@ -141,7 +141,7 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     assert np.all(_values(a, "env/return") < FILTER_BOUNDS[0])
     assert np.all(np.isnan(_values(a, "rollout/rewards")))
 
-    for run in "BC":
+    for run in "BC":  # B judges synchronously (the script's override), C asynchronously: the same checks
         s = runs[run]
         scores = _values(s, "env/vlm_score")
         assert np.all((scores > 0) & (scores < 1)), scores
@@ -161,9 +161,10 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
         assert _server_count(served, "/score/batch") == TRAIN_STEPS
         assert _server_count(served, "/score") == 0
 
-    # Run D: PPO on the judge's 8-point progress curves. The env still emits reward_coef x score
-    # at the done step (its return); the env worker patch moved each point's gain back to its step
-    # in the rollout buffer, and what the actor trained on still sums to reward_coef x score.
+    # Run D: PPO on the judge's 8-point progress curves, judged asynchronously (the run config):
+    # the env worker patch placed the terminal reward at the done step and moved each point's gain
+    # back to its step in the rollout buffer; what the actor trained on sums to reward_coef x score
+    # and the logged return is reward_coef x score, as synchronously.
     d = runs["D"]
     scores = _values(d, "env/vlm_score")
     assert np.all((scores > 0) & (scores < 1)) and np.all(_values(d, "env/vlm_fallback") == 0)
@@ -218,7 +219,8 @@ def test_tiny_maniskill_runs_native_and_judged_through_rlinfs_entry_point(tmp_pa
     assert np.all(_values(a, "env/return") > 0)
     assert np.all(np.isfinite(_values(a, "rollout/rewards")))
 
-    # Run B: the judge's score, given once, at the episode's end (truncation at step 16)
+    # Run B: the judge's score, given once, at the episode's end (truncation at step 16), judged
+    # asynchronously (the run config): placed by the env worker, counted in the return it logs
     b = runs["B"]
     scores = _values(b, "env/vlm_score")
     assert np.all((scores > 0) & (scores < 1)), scores
