@@ -1,8 +1,11 @@
 """HTTP clients for the reward server: pooled connections, retries with backoff, a deadline.
 
-Retried: connection errors, timeouts, and 429 / 502 / 503 / 504 (honouring Retry-After),
-with jittered exponential backoff, until the overall deadline. Never retried: other 4xx (the
-request itself is wrong; sending it again cannot help) and 500.
+Retried: connection errors (refused, reset, cut before the answer), timeouts, and 429 / 502 /
+503 / 504 (honouring Retry-After), with jittered exponential backoff, until the overall deadline.
+In a batch, items whose error says `retryable` (the engine failed that request, its deadline
+passed, the server was full) are sent again, alone, under the same backoff and the same deadline;
+the answer keeps one entry per episode, in order. Never retried: other 4xx (the request itself is
+wrong; sending it again cannot help), 500, and items whose error is not retryable.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pydantic import ValidationError
 
 from reward_client import raw_batch
 from reward_client.protocol import (
+    RETRYABLE_STATUSES,
     BatchItem,
     BatchScoreRequest,
     BatchScoreResponse,
@@ -35,7 +39,7 @@ from reward_client.protocol import (
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUS = frozenset({429, 502, 503, 504})
+RETRY_STATUS = RETRYABLE_STATUSES
 
 
 class RewardClientError(RuntimeError):
@@ -191,9 +195,9 @@ class _Base:
 class _Attempts:
     """Counts failed attempts of one call and says how long to wait before the next one."""
 
-    def __init__(self, client: _Base, path: str):
+    def __init__(self, client: _Base, path: str, deadline: float | None = None):
         self.client, self.path = client, path
-        self.deadline = time.monotonic() + client.policy.deadline_s
+        self.deadline = deadline if deadline is not None else time.monotonic() + client.policy.deadline_s
         self.count = 0
 
     def failed(self, retry_after: float | None, what: str) -> float:
@@ -216,6 +220,45 @@ def _final(response: httpx.Response) -> bool:
     return True
 
 
+class _ItemRetries:
+    """One batch call: which episodes still need an answer, and the answers so far.
+
+    Items that failed retryably are sent again (alone) until they succeed, fail for good, or the
+    call's deadline passes; then the last error stays in the episode's place."""
+
+    def __init__(self, client: _Base, count: int):
+        self.attempts = _Attempts(client, "/score/batch")
+        self.results: list[BatchItem | None] = [None] * count
+        self.pending = list(range(count))
+        self.rounds = 0
+
+    def take(self, items: list[BatchItem]) -> None:
+        """Record one round's answers (entries in the order of `pending`)."""
+        if len(items) != len(self.pending):
+            raise RewardServerError(f"the server answered {len(items)} items for {len(self.pending)} episodes")
+        retry = []
+        for episode, item in zip(self.pending, sorted(items, key=lambda i: i.index), strict=True):
+            self.results[episode] = item.model_copy(update={"index": episode})
+            if item.error is not None and item.error.retryable:
+                retry.append(episode)
+        self.pending = retry
+        self.rounds += 1
+
+    def pause(self) -> float | None:
+        """Seconds to wait before the next round, or None when the call is over."""
+        if not self.pending:
+            return None
+        kinds = sorted({self.results[i].error.type for i in self.pending})
+        try:
+            return self.attempts.failed(None, f"{len(self.pending)} items failed retryably ({', '.join(kinds)})")
+        except RewardUnavailable as exc:
+            logger.warning("%s; answering their last errors", exc)
+            return None
+
+    def answer(self) -> list[BatchItem]:
+        return [item for item in self.results if item is not None]
+
+
 def _json_batch(requests: list[ScoreRequest]) -> _Body:
     return _Body.json(BatchScoreRequest(requests=requests).model_dump(mode="json", exclude_none=True))
 
@@ -231,8 +274,8 @@ class RewardClient(_Base):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.Client(timeout=self._timeout(), headers=self.headers)
 
-    def _request(self, method: str, path: str, body: _Body) -> httpx.Response:
-        attempts = _Attempts(self, path)
+    def _request(self, method: str, path: str, body: _Body, deadline: float | None = None) -> httpx.Response:
+        attempts = _Attempts(self, path, deadline)
         while True:
             self.attempts += 1
             try:
@@ -250,16 +293,34 @@ class RewardClient(_Base):
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
         return _parse(ScoreResponse, self._request("POST", "/score", body))
 
-    def _batch(self, offset: int, body: _Body) -> list[BatchItem]:
-        items = _parse(BatchScoreResponse, self._request("POST", "/score/batch", body)).results
+    def _batch(self, offset: int, body: _Body, deadline: float) -> list[BatchItem]:
+        items = _parse(BatchScoreResponse, self._request("POST", "/score/batch", body, deadline)).results
         return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+    def _send(self, items: Sequence, split: bool, encode, deadline: float) -> list[BatchItem]:
         chunks = [(offset, encode(part)) for offset, part in self._chunks(items, split)]
         if len(chunks) == 1:
-            return self._batch(*chunks[0])
+            return self._batch(*chunks[0], deadline)
         with ThreadPoolExecutor(len(chunks)) as pool:
-            return [item for part in pool.map(lambda c: self._batch(*c), chunks) for item in part]
+            return [item for part in pool.map(lambda c: self._batch(*c, deadline), chunks) for item in part]
+
+    def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+        calls = _ItemRetries(self, len(items))
+        while True:
+            try:
+                answer = self._send([items[i] for i in calls.pending], split, encode, calls.attempts.deadline)
+            except RewardClientError:
+                if calls.rounds == 0:
+                    raise
+                logger.warning(
+                    "resending %d failed items got no answer; answering their last errors", len(calls.pending)
+                )
+                return calls.answer()
+            calls.take(answer)
+            pause = calls.pause()
+            if pause is None:
+                return calls.answer()
+            time.sleep(pause)
 
     def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
         """Score many episodes (JSON bodies); with several servers the batch is split across them."""
@@ -307,8 +368,8 @@ class AsyncRewardClient(_Base):
         super().__init__(base_url, policy, api_key)
         self._http = httpx.AsyncClient(timeout=self._timeout(), headers=self.headers)
 
-    async def _request(self, method: str, path: str, body: _Body) -> httpx.Response:
-        attempts = _Attempts(self, path)
+    async def _request(self, method: str, path: str, body: _Body, deadline: float | None = None) -> httpx.Response:
+        attempts = _Attempts(self, path, deadline)
         while True:
             self.attempts += 1
             try:
@@ -326,14 +387,32 @@ class AsyncRewardClient(_Base):
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
         return _parse(ScoreResponse, await self._request("POST", "/score", body))
 
-    async def _batch(self, offset: int, body: _Body) -> list[BatchItem]:
-        items = _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body)).results
+    async def _batch(self, offset: int, body: _Body, deadline: float) -> list[BatchItem]:
+        items = _parse(BatchScoreResponse, await self._request("POST", "/score/batch", body, deadline)).results
         return [item.model_copy(update={"index": item.index + offset}) for item in items]
 
-    async def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+    async def _send(self, items: Sequence, split: bool, encode, deadline: float) -> list[BatchItem]:
         chunks = [(offset, encode(part)) for offset, part in self._chunks(items, split)]
-        parts = await asyncio.gather(*(self._batch(*c) for c in chunks))
+        parts = await asyncio.gather(*(self._batch(*c, deadline) for c in chunks))
         return [item for part in parts for item in part]
+
+    async def _split(self, items: Sequence, split: bool, encode) -> list[BatchItem]:
+        calls = _ItemRetries(self, len(items))
+        while True:
+            try:
+                answer = await self._send([items[i] for i in calls.pending], split, encode, calls.attempts.deadline)
+            except RewardClientError:
+                if calls.rounds == 0:
+                    raise
+                logger.warning(
+                    "resending %d failed items got no answer; answering their last errors", len(calls.pending)
+                )
+                return calls.answer()
+            calls.take(answer)
+            pause = calls.pause()
+            if pause is None:
+                return calls.answer()
+            await asyncio.sleep(pause)
 
     async def score_batch(self, requests: Sequence[ScoreRequest], split: bool = True) -> list[BatchItem]:
         """Score many episodes (JSON bodies); with several servers the batch is split across them."""

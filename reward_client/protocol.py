@@ -310,9 +310,19 @@ class BatchScoreRequest(BaseModel):
     requests: list[ScoreRequest] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
 
 
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+
 class ItemError(BaseModel):
     type: str
     message: str
+    retryable: bool = Field(
+        default=False,
+        description="true when sending the same request (or batch item) again can succeed: the server was "
+        "full, not ready, or the engine failed this request or ran out of time (engine_request_failed, "
+        "deadline_exceeded, overloaded, not_ready...). false when the request itself must change. The "
+        "client (reward_client.client) resends exactly these, within its deadline.",
+    )
 
 
 class BatchItem(BaseModel):

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
 from reward_client.progress import ProgressPointsError
-from reward_client.protocol import ErrorBody, ItemError
+from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
 from reward_server.admission import Overloaded, TooMuchForServer
 from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.decode_pool import WorkerDied
@@ -242,7 +242,7 @@ _CLASSES: list[tuple[type[BaseException], int, str]] = [(c, e.status, e.type) fo
 def classify(exc: BaseException) -> tuple[int, ItemError]:
     for cls, status, kind in _CLASSES:
         if isinstance(exc, cls):
-            return status, ItemError(type=kind, message=str(exc))
+            return status, ItemError(type=kind, message=str(exc), retryable=status in RETRYABLE_STATUSES)
     logger.error("internal error", exc_info=exc)
     return 500, ItemError(type="internal_error", message="internal server error; the server log has the details")
 

@@ -21,7 +21,7 @@ import threading
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from reward_client.protocol import ItemError
+from reward_client.protocol import RETRYABLE_STATUSES, ItemError
 from reward_server.errors import BY_TYPE, RETRY_AFTER_S, render_error
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,11 @@ def guarded_protocol(
             self._disarm()
             assert BY_TYPE[kind].status == status  # every error type is in errors.py's table
             path = self.scope.get("path", "") if getattr(self, "scope", None) else ""
-            body = json.dumps(render_error(status, ItemError(type=kind, message=message), path)).encode()
+            body = json.dumps(
+                render_error(
+                    status, ItemError(type=kind, message=message, retryable=status in RETRYABLE_STATUSES), path
+                )
+            ).encode()
             retry = b"retry-after: %d\r\n" % RETRY_AFTER_S if status == 503 else b""
             head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, _PHRASES[status])
             self.transport.write(

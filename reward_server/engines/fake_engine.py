@@ -12,7 +12,9 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
   higher (tests can steer the score). Prompt tokens: 10 per frame or image plus the words.
 - `fail_on` (default ""): a task-text fragment that makes the engine raise (an engine error);
   `refuse_on`: one that fails just that request as retryable (EngineRequestFailed, as vLLM's
-  request-level errors end); `die_on`: one that kills the engine (EngineDead).
+  request-level errors end); `refuse_once_on`: the same, but only the first time a given prompt
+  holding it arrives (a fault that resending fixes); `die_on`: one that kills the engine
+  (EngineDead).
 - `split_words` (default ""): comma-separated answer words the fake tokenizer splits in two.
 - `seen_media` (default 64): `seen` lists every request, but only the most recent ones keep their
   frames and images; older entries are copies without them, so a long run on this engine (a
@@ -45,6 +47,8 @@ class FakeEngine(Engine):
         self.answer = str(o.get("answer", "{score}"))
         self.fail_on = str(o.get("fail_on", ""))
         self.refuse_on = str(o.get("refuse_on", ""))
+        self.refuse_once_on = str(o.get("refuse_once_on", ""))
+        self.refused_once: set[str] = set()  # prompts already failed by refuse_once_on
         self.die_on = str(o.get("die_on", ""))
         self.split_words = {w for w in str(o.get("split_words", "")).split(",") if w}
         self.started = False
@@ -82,6 +86,9 @@ class FakeEngine(Engine):
             raise FakeEngineError("the fake engine was told to fail")
         if self.refuse_on and self.refuse_on in text:
             raise EngineRequestFailed("the fake engine failed this request; send it again")
+        if self.refuse_once_on and self.refuse_once_on in text and text not in self.refused_once:
+            self.refused_once.add(text)
+            raise EngineRequestFailed("the fake engine failed this request once; send it again")
         s = request.sampling
         tokens = 0
         if s.mode == "generate" and self.token_s > 0:
