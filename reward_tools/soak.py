@@ -149,7 +149,9 @@ def env_worker(index: int, sup: Supervisor, tally: Tally, clock: Clock, stop: th
     rng = np.random.default_rng(index)
     transport = "raw" if index % 2 == 0 else "inline"
     n = args.envs
-    config = RewardModelConfig(enable=True, url=sup.url, transport=transport, nframes=args.nframes, audit=True)
+    config = RewardModelConfig(
+        enable=True, url=sup.url, transport=transport, nframes=args.nframes, score_mode=args.score_mode or None
+    )
     hook = VLMRewardHook(config, num_envs=n)
     tasks = [f"put the {w} in the basket" for w in ("bowl", "mug", "cup", "plate", "spoon", "book", "box", "can")]
     while not stop.is_set():
@@ -425,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nframes", type=int, default=8)
     parser.add_argument("--min-steps", type=int, default=8)
     parser.add_argument("--max-steps", type=int, default=24)
+    parser.add_argument(
+        "--score-mode",
+        default="logprob",
+        help="the hook's score_mode ('' for the server's): logprob always parses, even on random weights",
+    )
     parser.add_argument("--pause-s", type=float, default=1.0, help="between a worker's episodes")
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--restart-at-min", default="8,16", help="minutes at which the server restarts")
