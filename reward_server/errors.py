@@ -72,6 +72,11 @@ class ErrorType:
     when: str
     classes: tuple[type[BaseException], ...] = ()
 
+    @property
+    def retryable(self) -> bool:
+        """Sending the same request again can succeed (the wire schema's `ItemError.retryable`)."""
+        return self.status in RETRYABLE_STATUSES
+
 
 # Every error type, in one table. Order matters: a class is matched by its first row, so
 # subclasses come before their bases (ImageTooLarge before ImageError before VideoError).

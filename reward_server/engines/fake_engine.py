@@ -96,6 +96,8 @@ class FakeEngine(Engine):
                 await asyncio.sleep(self.token_s)
                 tokens += 1
                 self.tokens_generated += 1
+                if tokens == 1:
+                    self.first_token(request.request_id)
         # the last picture the model sees: the video's last frame, else the last image
         videos = request.videos()
         last = videos[-1][-1] if videos else (request.images[-1] if request.images else None)

@@ -20,6 +20,7 @@ from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest, Sampling, TokenLogprob
 from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead
+from reward_server.engines.step_floor import OPTION, HFStepFloor
 from reward_server.prompting import load_processor, render
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ class HFEngine(Engine):
         self._dead: str | None = None
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._loop_task: asyncio.Task | None = None
+        floor = config.options.get(OPTION)
+        self._step_floor = HFStepFloor(float(floor)) if floor else None  # tests only (step_floor.py)
 
     def load(self) -> None:
         """Load the model on this thread (start() runs it on the engine's worker thread)."""
@@ -162,7 +165,7 @@ class HFEngine(Engine):
         requests = [p.request for p in group]
         started = time.perf_counter()
         inputs, prompts = self.model_inputs(requests)
-        outputs = self.forward(inputs, prompts, requests[0].sampling, _StopCancelled(group))
+        outputs = self.forward(inputs, prompts, requests[0].sampling, _StopCancelled(group, self.first_token))
         elapsed = (time.perf_counter() - started) * 1000
         for out in outputs:
             out.engine_ms = elapsed
@@ -195,7 +198,9 @@ class HFEngine(Engine):
         sample = s.temperature > 0
         if s.seed is not None:
             torch.manual_seed(s.seed)  # the group shares its sampling settings, the seed included
-        processors = [_AllowOnly(s.allowed_token_ids)] if s.allowed_token_ids is not None else None
+        processors = [_AllowOnly(s.allowed_token_ids)] if s.allowed_token_ids is not None else []
+        if self._step_floor is not None:
+            processors.append(self._step_floor)
         generated = self._model.generate(
             **inputs,
             max_new_tokens=s.max_tokens,
@@ -208,7 +213,7 @@ class HFEngine(Engine):
             min_new_tokens=s.max_tokens if s.ignore_eos else None,
             stop_strings=list(s.stop) or None,
             tokenizer=tokenizer if s.stop else None,
-            logits_processor=processors,
+            logits_processor=processors or None,
             stopping_criteria=[stop] if stop is not None else None,
             return_dict_in_generate=True,
             output_scores=s.logprobs is not None,
@@ -293,11 +298,18 @@ def _token_logprobs(scores: tuple, rows: list[list[int]], pad: int | None, top_n
 class _StopCancelled:
     """A generate() stopping criterion: rows whose request was cancelled are finished now."""
 
-    def __init__(self, group: list[_Pending]):
+    def __init__(self, group: list[_Pending], first_token=None):
         self.group = group
+        self.first_token = first_token  # Engine.first_token, told once per request on the event loop
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
+
+        if self.first_token is not None:  # called after each step: the first call follows the first token
+            for p in self.group:
+                if not p.cancelled:
+                    p.future.get_loop().call_soon_threadsafe(self.first_token, p.request.request_id)
+            self.first_token = None
 
         return torch.tensor([p.cancelled for p in self.group], dtype=torch.bool, device=input_ids.device)
 

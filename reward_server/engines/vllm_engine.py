@@ -21,12 +21,14 @@ answered 503 (`--engine-option mm_processor_cache_gb=N` turns the cache back on)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +41,7 @@ from reward_server.engines.base import (
     EngineRequestFailed,
     gather_all,
 )
+from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_options import check_supported
 from reward_server.prompting import load_processor, render, video_metadata
 
@@ -195,7 +198,12 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        kwargs.update({k: option_value(v) for k, v in c.options.items() if k != "preprocess_threads"})
+        kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ("preprocess_threads", OPTION)})
+        if c.options.get(OPTION):
+            from reward_server.engines.vllm_step_floor import FQCN
+
+            kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
+            kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
         check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
 
@@ -283,7 +291,14 @@ class VllmEngine(Engine):
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
 
-    async def _submit(self, request_id: str, inputs: dict, params: Any, prefilled: asyncio.Event | None = None) -> Any:
+    async def _submit(
+        self,
+        request_id: str,
+        inputs: dict,
+        params: Any,
+        prefilled: asyncio.Event | None = None,
+        first_token: Callable[[], None] | None = None,
+    ) -> Any:
         """One submission to AsyncLLM; its last output. `prefilled` is set at its first output,
         when its whole prompt has been computed (and its full blocks are in the prefix cache)."""
         prompt: Any = inputs
@@ -296,6 +311,9 @@ class VllmEngine(Engine):
                 final = out
                 if prefilled is not None:
                     prefilled.set()
+                if first_token is not None and out.outputs and out.outputs[0].token_ids:
+                    first_token()
+                    first_token = None
         except Exception as exc:
             if self._llm.errored:
                 raise EngineDead(f"the vLLM engine died: {type(exc).__name__}") from exc
@@ -337,7 +355,9 @@ class VllmEngine(Engine):
         prefilled = self._prefilled.get(request.request_id)
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
-            final = await self._submit(request_id, inputs, params, prefilled)
+            final = await self._submit(
+                request_id, inputs, params, prefilled, functools.partial(self.first_token, request.request_id)
+            )
             failure = request_failure(final)
             if failure is None:
                 break
