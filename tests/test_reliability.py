@@ -107,9 +107,10 @@ def test_sigterm_ends_the_process_within_the_shutdown_timeout(tmp_path, tiny_che
 def _leave_while_running(url: str) -> None:
     """Send a long generation and close the connection once the engine reports its first token:
     the step floor keeps it generating for 40 s or more after that, however busy the machine."""
+    before = stats(url)["first_tokens"]
     sock = send_without_waiting(url, "/score", long_body(LONG_TOKENS))
     try:
-        assert first_token_seen(url, stats(url)["first_tokens"]), stats(url)
+        assert first_token_seen(url, before), stats(url)
     finally:
         sock.close()
 
