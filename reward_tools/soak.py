@@ -408,6 +408,15 @@ def plot(report: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+SERIES = ("samples", "latency", "events")
+
+
+def dump(report: dict) -> str:
+    """The summary readable (indented), the time series one line each (they are thousands of rows)."""
+    rows = [f"  {json.dumps(k)}: {json.dumps(v, indent=None if k in SERIES else 2)}" for k, v in report.items()]
+    return "{\n" + ",\n".join(rows) + "\n}\n"
+
+
 def make_video(root: Path, frames: int, width: int, height: int) -> str:
     from reward_client.video_io import write_mp4
 
@@ -516,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
+    out.write_text(dump(report))
     try:
         plot(report, out.with_suffix(".png"))
     except ImportError:
