@@ -277,7 +277,8 @@ def test_auth_deadlines_and_disconnects_under_v1(tmp_path):
         assert wait_until(lambda: s.service.admission.chat == 0, timeout=2)
         # /score keeps the server's own error body
         r = post(f"{s.url}/score", json={}, headers=auth)
-        assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message"}
+        assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message", "retryable"}
+        assert r.json()["error"]["retryable"] is False
 
 
 def _metric(text: str, name: str) -> float:
