@@ -7,8 +7,10 @@ seed's ManiSkill worker) send one user turn of `image_url` parts and a `text` pa
 person can reason about live here, limits that depend on the deployment (max_tokens, images
 per request, the model name) are checked by the server. Fields other OpenAI-compatible servers
 accept and this one does not model are ignored, except those that would change the answer if
-silently dropped (`tools`, `response_format` other than text, `logit_bias`, ...): those are
-refused by the server with a message naming them.
+silently dropped (`tools`, `response_format` other than text, `logit_bias`, `add_generation_prompt:
+false`, ...): those are refused by the server with a message naming them. The answer's semantics
+are `vllm serve`'s: random sampling unless a seed is given, raw log-probabilities, `max_tokens`
+defaulting to the context left, every message rendered by the model's chat template as sent.
 """
 
 from __future__ import annotations
@@ -26,23 +28,49 @@ MAX_STOP_CHARS = 1024
 MAX_ALLOWED_TOKEN_IDS = 262_144
 MAX_TOP_LOGPROBS = 20
 
-# Fields other OpenAI-compatible servers honour that this one does not build: refused when set to
-# anything but their neutral value, never ignored (the answer would differ from what was asked).
-UNSUPPORTED_FIELDS: dict[str, str] = {
-    "tools": "tool calling",
-    "tool_choice": "tool calling",
-    "functions": "function calling",
-    "function_call": "function calling",
-    "logit_bias": "logit_bias",
-    "prompt_logprobs": "prompt logprobs",
-    "best_of": "best_of",
-    "use_beam_search": "beam search",
-    "guided_json": "guided decoding",
-    "guided_regex": "guided decoding",
-    "guided_choice": "guided decoding",
-    "guided_grammar": "guided decoding",
-    "structured_outputs": "structured outputs",
+MAX_CHOICES = 16  # n: each choice is one engine request, admitted as one unit of --max-queue
+MAX_STOP_TOKEN_IDS = 256
+
+# Fields `vllm serve` honours that this server does not build, with the values that leave the answer
+# as it is: refused by name when set to anything else, never ignored (the answer would differ).
+UNSUPPORTED_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "tools": ("tool calling", ()),
+    "tool_choice": ("tool calling", ("none", "auto")),
+    "functions": ("function calling", ()),
+    "function_call": ("function calling", ("none", "auto")),
+    "parallel_tool_calls": ("tool calling", (True, False)),
+    "logit_bias": ("logit_bias", ()),
+    "prompt_logprobs": ("prompt logprobs", ()),
+    "logprob_token_ids": ("logprobs of named token ids", ()),
+    "best_of": ("best_of", (1,)),
+    "use_beam_search": ("beam search", (False,)),
+    "length_penalty": ("beam search's length_penalty", (1, 1.0)),
+    "guided_json": ("guided decoding", ()),
+    "guided_regex": ("guided decoding", ()),
+    "guided_choice": ("guided decoding", ()),
+    "guided_grammar": ("guided decoding", ()),
+    "structured_outputs": ("structured outputs", ()),
+    "bad_words": ("bad_words", ()),
+    "truncate_prompt_tokens": ("prompt truncation", ()),
+    "chat_template": ("a chat template sent with the request", ()),
+    "documents": ("documents for the chat template", ()),
+    "mm_processor_kwargs": ("multimodal processor arguments", ()),
+    "add_special_tokens": ("add_special_tokens", (False,)),
+    "add_generation_prompt": ("add_generation_prompt: false", (True,)),
+    "continue_final_message": ("continuing the final message", (False,)),
+    "spaces_between_special_tokens": ("spaces_between_special_tokens: false", (True,)),
+    "return_tokens_as_token_ids": ("tokens as token ids", (False,)),
+    "thinking_token_budget": ("a thinking token budget", ()),
+    "reasoning_effort": ("reasoning_effort", ()),
+    "vllm_xargs": ("vllm_xargs", ()),
 }
+
+
+def is_neutral(name: str, value: Any) -> bool:
+    """Whether an unsupported field's value leaves the answer as if it were absent."""
+    if value is None or value == [] or value == {}:
+        return True
+    return any(value is v or (type(value) is type(v) and value == v) for v in UNSUPPORTED_FIELDS[name][1])
 
 
 class _Lenient(BaseModel):
@@ -138,13 +166,28 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1, description="OpenAI's newer name of max_tokens")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = Field(default=None, description=f"up to {MAX_STOP} strings")
-    n: int | None = Field(default=None, description="only 1: one choice per request")
+    n: int | None = Field(
+        default=None, ge=1, le=MAX_CHOICES, description="choices; with a seed, choice i samples with seed + i (as vLLM)"
+    )
     logprobs: bool | None = Field(default=None, description="log-probabilities of the generated tokens")
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     allowed_token_ids: list[int] | None = Field(default=None, max_length=MAX_ALLOWED_TOKEN_IDS)
     stream: bool | None = Field(default=None, description="streaming is not built: true is refused (400)")
     response_format: dict[str, Any] | None = Field(default=None, description="only {'type': 'text'}")
     user: str | None = Field(default=None, max_length=1024, description="accepted and ignored")
+    # vLLM's extra parameters that change the answer and are honoured here, as vLLM does
+    min_tokens: int = Field(default=0, ge=0, description="EOS and stop_token_ids are held back until this many tokens")
+    ignore_eos: bool = Field(default=False, description="generate past the end-of-sequence token")
+    stop_token_ids: list[int] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    include_stop_str_in_output: bool = Field(default=False, description="keep the stop string that ended the text")
+    skip_special_tokens: bool = Field(default=True, description="leave special tokens out of the text")
+    echo: bool = Field(
+        default=False,
+        description="prepend the last message when it has the answer's role (never here: the last is a user turn)",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="extra variables for the model's chat template (enable_thinking, add_vision_id...)"
+    )
 
     @field_validator("stop")
     @classmethod
@@ -161,6 +204,13 @@ class ChatCompletionRequest(BaseModel):
     def _ids(cls, value: list[int] | None) -> list[int] | None:
         if value is not None and (not value or min(value) < 0):
             raise ValueError("must be a non-empty list of token ids >= 0")
+        return value
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _stop_ids(cls, value: list[int] | None) -> list[int] | None:
+        if value and min(value) < 0:
+            raise ValueError("token ids must be >= 0")
         return value
 
     def stop_list(self) -> tuple[str, ...]:

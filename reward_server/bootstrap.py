@@ -70,7 +70,7 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         enforce_eager=settings.enforce_eager,
         cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
         max_batch_size=settings.max_batch_size,
-        batch_wait_ms=settings.effective_batch_wait_ms(),
+        batch_wait_ms=settings.batch_wait_ms,
         seed=settings.seed,
         max_images=settings.max_images_per_request,
         max_videos=settings.max_progress_points,

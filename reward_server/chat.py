@@ -10,11 +10,15 @@ model's text in OpenAI's shape. Streaming is not built: `stream: true` is refuse
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from reward_client.openai_chat import (
     UNSUPPORTED_FIELDS,
@@ -31,9 +35,10 @@ from reward_client.openai_chat import (
     TokenLogprob,
     TopLogprob,
     Usage,
+    is_neutral,
 )
 from reward_server.body import BodyReader
-from reward_server.decoding import parse_chat_json
+from reward_server.decoding import InvalidBody, parse_chat_json
 from reward_server.engine_io import (
     ChatPrompt,
     EngineOutput,
@@ -53,6 +58,26 @@ from reward_server.service import RewardService
 logger = logging.getLogger(__name__)
 
 OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (and the server set none)
+# apply_chat_template's own arguments: not template variables, so not settable through chat_template_kwargs
+_TEMPLATE_ARGUMENTS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
 MIN_LOGPROB = -9999.0  # JSON has no -inf; OpenAI-compatible servers report this floor instead
 
 
@@ -71,11 +96,11 @@ def _with_param(exc: Exception, param: str) -> Exception:
 class _Prompt:
     """A chat request's messages as the engine wants them, and the media still to decode."""
 
-    system: list[str] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     media: list[MediaRef] = field(default_factory=list)
     images: int = 0
     videos: int = 0
+    template_kwargs: tuple = ()
 
 
 class ChatCompletions:
@@ -94,23 +119,36 @@ class ChatCompletions:
 
     async def complete(self, reader: BodyReader, started: float) -> ChatCompletionResponse:
         body = await reader.read_all()
-        req: ChatCompletionRequest = await self.service.parse_body(parse_chat_json, body)
+        try:
+            req: ChatCompletionRequest = await self.service.parse_body(parse_chat_json, body)
+        except InvalidBody as exc:  # OpenAI's and vLLM's status for a field that fails validation
+            raise _bad(str(exc), exc.param) from None  # type: ignore[arg-type]
         sampling = self.sampling(req)
-        prompt = self.prompt(req.messages)
+        prompt = self.prompt(req)
+        n = req.n or 1
+        media: asyncio.Future | None = None
 
-        async def prepare() -> EngineRequest:
-            return await self._engine_request(prompt, sampling)
+        async def build(choice: int) -> EngineRequest:
+            nonlocal media
+            if media is None:  # decoded once for every choice
+                media = asyncio.ensure_future(self.service.decode_media(prompt.media))
+            decoded = await asyncio.shield(media)
+            # vLLM's rule for n > 1: choice i samples with seed + i
+            seed = sampling.seed + choice if sampling.seed is not None else None
+            return self._engine_request(prompt, decoded, replace(sampling, seed=seed))
 
-        output = await self.service.chat(prepare, started)
-        return self.response(output, sampling)
+        try:
+            outputs = await self.service.chat([_bind(build, i) for i in range(n)], started)
+        finally:
+            if media is not None and not media.done():
+                media.cancel()
+        return self.response(outputs)
 
     # --- request -> engine request ------------------------------------------------------------
 
     def _check_protocol(self, req: ChatCompletionRequest) -> None:
         if req.stream:
             raise _bad("streaming (stream: true) is not built in this server; send stream: false or omit it", "stream")
-        if req.n is not None and req.n != 1:
-            raise _bad(f"n={req.n}: this server answers one choice per request; send n requests instead", "n")
         if req.model is not None and req.model not in self.answers_to:
             raise _with_param(
                 NotFound(f"model {req.model!r} is not served here; this server serves {self.model_name!r}"), "model"
@@ -118,11 +156,17 @@ class ChatCompletions:
         fmt = (req.response_format or {}).get("type", "text")
         if fmt != "text":
             raise _bad(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
-        for name, what in UNSUPPORTED_FIELDS.items():
+        for name, (what, _) in UNSUPPORTED_FIELDS.items():
             value = (req.model_extra or {}).get(name)
-            neutral = not value or value in ("none", "auto") or (name == "best_of" and value == 1)
-            if not neutral:
+            if not is_neutral(name, value):
                 raise _bad(f"{name}: {what} is not supported by this server", name)
+        for key in req.chat_template_kwargs or {}:
+            if key in _TEMPLATE_ARGUMENTS:
+                raise _bad(
+                    f"chat_template_kwargs.{key}: {key!r} is an argument of the template call, not a template "
+                    "variable; this server renders with the model's own template and add_generation_prompt",
+                    "chat_template_kwargs",
+                )
 
     def sampling(self, req: ChatCompletionRequest) -> Sampling:
         self._check_protocol(req)
@@ -130,9 +174,9 @@ class ChatCompletions:
         engine = self.service.engine
         max_tokens = req.max_completion_tokens or req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
-        if max_tokens is None:
-            max_tokens = settings.max_tokens or self.service.profile.sampling_defaults.max_tokens
-        if max_tokens > settings.max_tokens_limit:
+        # unset: the context left after the prompt (vLLM's default), at most --max-tokens-limit (the
+        # server's cap, as vLLM's own override cap); the scoring profile's default is not chat's
+        if max_tokens is not None and max_tokens > settings.max_tokens_limit:
             raise _with_param(
                 UnsupportedOption(
                     f"{param} {max_tokens} exceeds this server's limit of {settings.max_tokens_limit} "
@@ -142,10 +186,14 @@ class ChatCompletions:
             )
         if req.top_logprobs is not None and not req.logprobs:
             raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+        if max_tokens is not None and req.min_tokens > max_tokens:
+            raise _bad(f"min_tokens {req.min_tokens} is more than {param} {max_tokens}", "min_tokens")
         ids = tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
+        stop_ids = tuple(req.stop_token_ids or ())
         vocab = engine.vocab_size()
-        if ids is not None and vocab is not None and max(ids) >= vocab:
-            raise _bad(f"token id {max(ids)} is outside the vocabulary (0..{vocab - 1})", "allowed_token_ids")
+        for name, values in (("allowed_token_ids", ids), ("stop_token_ids", stop_ids)):
+            if values and vocab is not None and max(values) >= vocab:
+                raise _bad(f"token id {max(values)} is outside the vocabulary (0..{vocab - 1})", name)
         asked = {
             "seed": req.seed is not None,
             "stop": bool(req.stop_list()),
@@ -172,6 +220,7 @@ class ChatCompletions:
         return Sampling(
             mode="generate",
             max_tokens=max_tokens,
+            max_tokens_cap=settings.max_tokens_limit,
             temperature=temperature,
             top_p=req.top_p or settings.top_p or 1.0,
             seed=req.seed,
@@ -183,28 +232,31 @@ class ChatCompletions:
             repetition_penalty=req.repetition_penalty or 1.0,
             presence_penalty=req.presence_penalty or 0.0,
             frequency_penalty=req.frequency_penalty or 0.0,
+            ignore_eos=req.ignore_eos,
+            min_tokens=req.min_tokens,
+            stop_token_ids=stop_ids,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            skip_special_tokens=req.skip_special_tokens,
         )
 
-    def prompt(self, messages: list[ChatMessage]) -> _Prompt:
-        """Leading system (and developer) turns become the system prompt; the last turn must be the
-        user's (the model answers it); every image and video is collected for decoding."""
+    def prompt(self, req: ChatCompletionRequest) -> _Prompt:
+        """Every message becomes a turn of its own, in order, with its role as sent (several system
+        or developer messages are rendered each as the chat template renders it, as vLLM does); the
+        last turn must be the user's (the model answers it); every image and video is collected
+        for decoding."""
+        messages = req.messages
         out = _Prompt()
         if messages[-1].role != "user":
             raise _bad(
                 f"the last message must be a user turn (got {messages[-1].role!r}); this server answers the user",
                 f"messages[{len(messages) - 1}].role",
             )
-        leading = True
         for i, message in enumerate(messages):
-            role = "system" if message.role == "developer" else message.role
             parts = self._parts(message, i, out)
-            if leading and role == "system":
-                if any(not isinstance(p, TextPart) for p in parts):
-                    raise _bad("a system message can hold only text", f"messages[{i}].content")
-                out.system.append("".join(p.text for p in parts if isinstance(p, TextPart)))
-                continue
-            leading = False
-            out.turns.append(Turn(role, tuple(parts)))
+            if message.role in ("system", "developer") and any(not isinstance(p, TextPart) for p in parts):
+                raise _bad(f"a {message.role} message can hold only text", f"messages[{i}].content")
+            out.turns.append(Turn(message.role, tuple(parts)))
+        out.template_kwargs = tuple((req.chat_template_kwargs or {}).items())
         limit = self.service.settings.max_images_per_request
         if out.images > limit:
             raise _with_param(
@@ -235,49 +287,33 @@ class ChatCompletions:
                 out.media.append(MediaRef("video", item.video_url.url, f"{where}.video_url.url"))
         return parts
 
-    async def _engine_request(self, prompt: _Prompt, sampling: Sampling) -> EngineRequest:
-        service = self.service
-        decoded = await service.decode_media(prompt.media)
+    def _engine_request(self, prompt: _Prompt, decoded: list[np.ndarray], sampling: Sampling) -> EngineRequest:
         images = [m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "image"]
         video = next((m for ref, m in zip(prompt.media, decoded, strict=True) if ref.kind == "video"), None)
         last = prompt.turns[-1]
         chat = ChatPrompt(
-            system="\n\n".join(prompt.system) if prompt.system else None,
-            user=last.parts,
-            history=tuple(prompt.turns[:-1]),
+            system=None, user=last.parts, history=tuple(prompt.turns[:-1]), template_kwargs=prompt.template_kwargs
         )
-        return EngineRequest(chat=chat, video=video, images=images, sampling=sampling, fps=service.profile.fps)
+        return EngineRequest(chat=chat, video=video, images=images, sampling=sampling, fps=self.service.profile.fps)
 
     # --- engine output -> answer --------------------------------------------------------------
 
-    def response(self, output: EngineOutput, sampling: Sampling) -> ChatCompletionResponse:
-        logprobs = None
-        if output.token_logprobs is not None:
-            logprobs = ChoiceLogprobs(
-                content=[
-                    TokenLogprob(
-                        token=t.token,
-                        logprob=_finite(t.logprob),
-                        bytes=list(t.token.encode()),
-                        top_logprobs=[
-                            TopLogprob(token=tok, logprob=_finite(lp), bytes=list(tok.encode())) for tok, lp in t.top
-                        ],
-                    )
-                    for t in output.token_logprobs
-                ]
-            )
-        prompt_tokens = output.prompt_tokens or 0
-        completion_tokens = output.output_tokens or 0
+    def response(self, outputs: list[EngineOutput]) -> ChatCompletionResponse:
+        """n choices of one prompt; usage counts the prompt once and every choice's tokens (as vLLM)."""
+        prompt_tokens = outputs[0].prompt_tokens or 0
+        completion_tokens = sum(o.output_tokens or 0 for o in outputs)
         return ChatCompletionResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=self.model_name,
             choices=[
                 ChatChoice(
+                    index=i,
                     message=ChatCompletionMessage(content=output.text),
                     finish_reason="length" if output.finish_reason == "length" else "stop",
-                    logprobs=logprobs,
+                    logprobs=_logprobs(output),
                 )
+                for i, output in enumerate(outputs)
             ],
             usage=Usage(
                 prompt_tokens=prompt_tokens,
@@ -285,6 +321,28 @@ class ChatCompletions:
                 total_tokens=prompt_tokens + completion_tokens,
             ),
         )
+
+
+def _bind(build: Callable[[int], Awaitable[EngineRequest]], choice: int) -> Callable[[], Awaitable[EngineRequest]]:
+    return lambda: build(choice)
+
+
+def _logprobs(output: EngineOutput) -> ChoiceLogprobs | None:
+    if output.token_logprobs is None:
+        return None
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprob(
+                token=t.token,
+                logprob=_finite(t.logprob),
+                bytes=list(t.token.encode()),
+                top_logprobs=[
+                    TopLogprob(token=tok, logprob=_finite(lp), bytes=list(tok.encode())) for tok, lp in t.top
+                ],
+            )
+            for t in output.token_logprobs
+        ]
+    )
 
 
 def _finite(logprob: float) -> float:

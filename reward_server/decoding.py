@@ -33,7 +33,32 @@ from reward_server.video import DecodeLimits, Probe, VideoError, decode_frames, 
 
 
 class InvalidBody(ValueError):
-    """The body is not valid for this route, or fails validation; the message names the field."""
+    """The body is not valid for this route, or fails validation; the message names the field
+    (and `param`, where one field is at fault, OpenAI-style: `messages[0].content`)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+_TYPE_SEGMENTS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def error_param(errors: list) -> str | None:
+    """The first failing field's path (`messages[0].content`), without pydantic's union branch names."""
+    if not errors:
+        return None
+    out = ""
+    for part in errors[0].get("loc", ()):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "body":
+            continue
+        elif not str(part).isidentifier() or str(part) in _TYPE_SEGMENTS:
+            break
+        else:
+            out += f".{part}" if out else str(part)
+    return out or None
 
 
 SourceKind = Literal["path", "encoded", "frames"]
@@ -66,7 +91,8 @@ def _validate(model: type[BaseModel], body: bytes) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidBody(validation_message(exc.errors())) from None
+        errors = exc.errors()
+        raise InvalidBody(validation_message(errors), error_param(errors)) from None
 
 
 def _source(req: ScoreRequest) -> Source | VideoError:

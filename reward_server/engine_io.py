@@ -8,12 +8,12 @@ knowing who asked.
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 Mode = Literal["generate", "logprob"]
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "developer", "user", "assistant"]  # passed to the chat template as sent
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ChatPrompt:
     system: str | None
     user: tuple[Part, ...]  # the last user turn, which the model answers
     history: tuple[Turn, ...] = ()  # turns between the system prompt and `user` (chat requests)
+    template_kwargs: tuple[tuple[str, Any], ...] = ()  # extra chat-template variables (chat_template_kwargs)
 
     def to_messages(self) -> list[dict]:
         """The chat-template message list (HF / OpenAI style) for this prompt."""
@@ -77,7 +78,8 @@ class ChatPrompt:
 @dataclass(frozen=True)
 class Sampling:
     mode: Mode = "generate"
-    max_tokens: int = 32
+    max_tokens: int | None = 32  # None: the context left after the prompt, at most `max_tokens_cap`
+    max_tokens_cap: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
     ignore_eos: bool = False  # benchmarks of random weights need fixed output lengths
@@ -92,6 +94,10 @@ class Sampling:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    min_tokens: int = 0  # EOS and stop_token_ids are held back until this many tokens
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
 
     @property
     def batch_key(self) -> tuple:

@@ -29,7 +29,10 @@ class Metrics:
             "reward_episodes_in_progress", "Episodes admitted and not yet answered (--max-queue)", registry=r
         )
         self.chat_requests = Counter(
-            "reward_chat_requests", "Chat completions answered (/v1), by finish reason", ["finish_reason"], registry=r
+            "reward_chat_requests",
+            "Chat completion choices answered (/v1), by finish reason",
+            ["finish_reason"],
+            registry=r,
         )
         self.chat_latency = Histogram(
             "reward_chat_latency_seconds", "Time per chat completion, end to end", buckets=LATENCY_BUCKETS, registry=r

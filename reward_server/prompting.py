@@ -18,7 +18,9 @@ def load_processor(model_path: str) -> Any:
 
 
 def render(processor: Any, chat: ChatPrompt) -> str:
-    return processor.apply_chat_template(chat.to_messages(), tokenize=False, add_generation_prompt=True)
+    return processor.apply_chat_template(
+        chat.to_messages(), tokenize=False, add_generation_prompt=True, **dict(chat.template_kwargs)
+    )
 
 
 def video_metadata(num_frames: int, fps: float) -> dict:

@@ -319,19 +319,30 @@ class RewardService:
         """A chat request's images and videos, model-ready (in a decode worker, within its budgets)."""
         return await self.preparer.media(media)
 
-    async def chat(self, prepare: Callable[[], Awaitable[EngineRequest]], started: float) -> EngineOutput:
-        """One chat request on the path every route takes (admission, deadline, cancellation):
-        `prepare` decodes its media and builds the engine request. Counted as chat, not episodes."""
+    async def chat(
+        self, choices: Sequence[Callable[[], Awaitable[EngineRequest]]], started: float
+    ) -> list[EngineOutput]:
+        """A chat request's choices (n of them) on the path every route takes (admission, deadline,
+        cancellation): each builds its engine request (decoding the media) and is one unit of
+        --max-queue, counted as chat, not as episodes. The first failure is the answer."""
 
-        async def run() -> EngineOutput:
-            request = await prepare()
-            request.request_id = uuid.uuid4().hex
-            return await self.engine.generate(request)
+        def run(build: Callable[[], Awaitable[EngineRequest]]) -> Callable[[], Awaitable[EngineOutput]]:
+            async def one() -> EngineOutput:
+                request = await build()
+                request.request_id = uuid.uuid4().hex
+                return await self.engine.generate(request)
 
-        output = await self._one("chat", run, started)
-        self.metrics.chat_requests.labels(output.finish_reason or "stop").inc()
+            return one
+
+        results = await self._admitted("chat", [run(b) for b in choices], started)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        outputs: list[EngineOutput] = results  # type: ignore[assignment]
+        for output in outputs:
+            self.metrics.chat_requests.labels(output.finish_reason or "stop").inc()
         self.metrics.chat_latency.observe(time.perf_counter() - started)
-        return output
+        return outputs
 
     async def _score_many(self, work: list, started: float) -> BatchScoreResponse:
         """Score (options, frames awaitable) pairs together; a failed item is answered in its place."""

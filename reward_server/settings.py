@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_client.protocol import ScoreMode
+from reward_server.engines.base import EngineConfig
 
 
 class ServerSettings(BaseModel):
@@ -65,8 +66,13 @@ class ServerSettings(BaseModel):
     max_tokens_limit: int = Field(4096, ge=1, le=65536, description="the most new tokens a request may ask for")
     score_mode: ScoreMode | None = Field(None, description="default score_mode for requests that name none")
     max_batch_size: int = Field(64, ge=1, le=1024, description="hf engine: requests per forward pass")
-    batch_wait_ms: float | None = Field(
-        None, ge=0.0, le=10_000, description="hf engine: how long a micro-batch waits to fill (default 100)"
+    # a transformers forward pass takes the batch it is given: let concurrent arrivals gather
+    batch_wait_ms: float = Field(
+        EngineConfig.batch_wait_ms,
+        ge=0.0,
+        le=10_000,
+        description="hf engine: how long a micro-batch waits to fill (the vllm engine schedules continuously "
+        "and ignores it)",
     )
     max_queue: int = Field(
         1024,
@@ -162,10 +168,6 @@ class ServerSettings(BaseModel):
         if self.model_path:
             return Path(self.model_path.rstrip("/")).name or self.model_path
         return self.backend
-
-    def effective_batch_wait_ms(self) -> float:
-        # a transformers forward pass takes the batch it is given: let concurrent arrivals gather
-        return 100.0 if self.batch_wait_ms is None else self.batch_wait_ms
 
     def effective_max_inflight_mb(self) -> float:
         if self.max_inflight_mb is not None:

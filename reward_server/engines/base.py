@@ -61,7 +61,7 @@ class EngineConfig:
     enforce_eager: bool = False
     cpu_kv_cache_gib: float | None = None
     max_batch_size: int = 64  # micro-batching engines: requests per forward pass
-    batch_wait_ms: float = 10.0  # micro-batching engines: how long a batch waits to fill
+    batch_wait_ms: float = 100.0  # micro-batching engines (transformers): how long a batch waits to fill
     seed: int = 0
     max_images: int = 16  # images one request may carry (chat requests; PRIMO-R1 sends 2)
     max_videos: int = 32  # videos one request may carry (a progress curve's prefix: one per point)

@@ -92,7 +92,9 @@ class FakeEngine(Engine):
         s = request.sampling
         tokens = 0
         if s.mode == "generate" and self.token_s > 0:
-            for _ in range(s.max_tokens):  # cancellation lands between tokens, as in a real engine
+            # unset max_tokens (the context left, in a real engine): the cap, here at most 64 tokens
+            count = s.max_tokens if s.max_tokens is not None else min(s.max_tokens_cap or 64, 64)
+            for _ in range(count):  # cancellation lands between tokens, as in a real engine
                 await asyncio.sleep(self.token_s)
                 tokens += 1
                 self.tokens_generated += 1

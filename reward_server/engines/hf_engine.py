@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reward_server.engine_io import EngineOutput, EngineRequest, Sampling, TokenLogprob
-from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead
+from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead, EngineInputRejected
 from reward_server.engines.step_floor import OPTION, HFStepFloor
 from reward_server.prompting import load_processor, render
 
@@ -123,7 +123,7 @@ class HFEngine(Engine):
             self.stats.record_batch(len(batch))
             groups: dict[tuple, list[_Pending]] = defaultdict(list)
             for p in batch:
-                groups[(p.request.sampling.batch_key, p.request.fps)].append(p)
+                groups[_group_key(p.request)].append(p)
             for group in groups.values():
                 try:
                     outputs = await loop.run_in_executor(self._executor, self._run_group, group)
@@ -191,50 +191,82 @@ class HFEngine(Engine):
                 self._generate_text(inputs, outputs, s, stop)
         return outputs
 
+    def max_model_len(self) -> int:
+        """The context length: --max-model-len, else the checkpoint's."""
+        if self.config.max_model_len:
+            return self.config.max_model_len
+        text = getattr(self._model.config, "text_config", self._model.config)
+        return int(text.max_position_embeddings)
+
+    def _new_tokens(self, inputs: Any, s: Sampling) -> int:
+        """max_tokens, or (unset) the context left after the prompt, at most max_tokens_cap (a request
+        that leaves it unset runs in a group of its own, so its prompt is the group's)."""
+        if s.max_tokens is not None:
+            return s.max_tokens
+        prompt_len = int(inputs["input_ids"].shape[1])
+        left = self.max_model_len() - prompt_len
+        if left < 1:
+            raise EngineInputRejected(
+                f"the engine refused this input: the prompt has {prompt_len} tokens, the model's context "
+                f"{self.max_model_len()}"
+            )
+        return min(left, s.max_tokens_cap or left)
+
     def _generate_text(self, inputs: Any, outputs: list[EngineOutput], s: Sampling, stop: Any) -> None:
         import torch
 
         tokenizer = self._processor.tokenizer
         sample = s.temperature > 0
         if s.seed is not None:
-            torch.manual_seed(s.seed)  # the group shares its sampling settings, the seed included
+            torch.manual_seed(s.seed)  # a seeded sampled request runs in a group of its own (_group_key)
         processors = [_AllowOnly(s.allowed_token_ids)] if s.allowed_token_ids is not None else []
         if self._step_floor is not None:
             processors.append(self._step_floor)
+        new_tokens_max = self._new_tokens(inputs, s)
+        eos = self._model.generation_config.eos_token_id
+        eos_ids = [*(eos if isinstance(eos, list) else [eos]), *s.stop_token_ids]
+        if s.ignore_eos:
+            min_new = new_tokens_max
+        else:
+            min_new = min(s.min_tokens, new_tokens_max) or None
         generated = self._model.generate(
             **inputs,
-            max_new_tokens=s.max_tokens,
+            max_new_tokens=new_tokens_max,
             do_sample=sample,
             temperature=s.temperature if sample else None,
             top_p=s.top_p if sample else None,
             top_k=s.top_k if sample and s.top_k > 0 else None,
             min_p=s.min_p if sample and s.min_p > 0 else None,
             repetition_penalty=s.repetition_penalty if s.repetition_penalty != 1.0 else None,
-            min_new_tokens=s.max_tokens if s.ignore_eos else None,
+            min_new_tokens=min_new,
+            eos_token_id=eos_ids,
             stop_strings=list(s.stop) or None,
             tokenizer=tokenizer if s.stop else None,
             logits_processor=processors or None,
             stopping_criteria=[stop] if stop is not None else None,
             return_dict_in_generate=True,
-            output_scores=s.logprobs is not None,
+            output_logits=s.logprobs is not None,
         )
         new_tokens = generated.sequences[:, inputs["input_ids"].shape[1] :]
-        eos = self._model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        stop_ids = set(eos_ids)
         pad = tokenizer.pad_token_id
         rows = new_tokens.tolist()
         logprobs = None
         if s.logprobs is not None:
-            logprobs = _token_logprobs(generated.scores, rows, pad, s.logprobs, tokenizer)
+            logprobs = _token_logprobs(generated.logits, rows, pad, s.logprobs, tokenizer)
         for row, (out, tokens) in enumerate(zip(outputs, rows, strict=True)):
             kept = [t for t in tokens if t != pad]
-            stopped = bool(kept) and kept[-1] in eos_ids
+            stopped = bool(kept) and kept[-1] in stop_ids
             out.output_tokens = len(kept)
             out.finish_reason = "stop" if stopped else "length"
-            out.text = tokenizer.decode(kept, skip_special_tokens=True)
-            cut = min((i for i in (out.text.find(x) for x in s.stop) if i >= 0), default=-1)
-            if cut >= 0:  # as vLLM: the stop string ends the text and is not part of it
-                out.text, out.finish_reason = out.text[:cut], "stop"
+            # as vLLM: the token that stopped the answer is not part of its text unless asked for
+            shown = kept[:-1] if stopped and not s.include_stop_str_in_output else kept
+            out.text = tokenizer.decode(shown, skip_special_tokens=s.skip_special_tokens)
+            hits = [(i, x) for x in s.stop if (i := out.text.find(x)) >= 0]
+            if hits:  # as vLLM: a stop string ends the text, and is part of it only when asked for
+                i, x = min(hits)
+                end = i + len(x) if s.include_stop_str_in_output else i
+                out.text, out.finish_reason = out.text[:end], "stop"
             if logprobs is not None:
                 out.token_logprobs = logprobs[row]
 
@@ -274,12 +306,23 @@ class _AllowOnly:
         return scores + mask
 
 
-def _token_logprobs(scores: tuple, rows: list[list[int]], pad: int | None, top_n: int, tokenizer: Any) -> list:
-    """Per row, the generated tokens' log-probabilities (after the sampling processors, as vLLM's
-    processed logprobs) with the top_n alternatives; pad positions after a row ended are skipped."""
+def _group_key(request: EngineRequest) -> tuple:
+    """Requests with equal keys run in one generate call. A seeded sampled request runs alone (one
+    reseeded generator per call, so the same seed gives the same answer whatever else arrived, as
+    vLLM's per-request generators do); so does one that leaves max_tokens unset (its length is the
+    context left after its own prompt)."""
+    s = request.sampling
+    alone = s.mode == "generate" and (s.max_tokens is None or (s.seed is not None and s.temperature > 0))
+    return (s.batch_key, request.fps, request.request_id if alone else "")
+
+
+def _token_logprobs(logits: tuple, rows: list[list[int]], pad: int | None, top_n: int, tokenizer: Any) -> list:
+    """Per row, the generated tokens' raw log-probabilities (the model's, before temperature and the
+    sampling processors, as vLLM returns them by default) with the top_n alternatives; pad
+    positions after a row ended are skipped."""
     out: list[list[TokenLogprob]] = [[] for _ in rows]
-    for step, logits in enumerate(scores):
-        lp = logits.float().log_softmax(-1)
+    for step, step_logits in enumerate(logits):
+        lp = step_logits.float().log_softmax(-1)
         top = lp.topk(top_n, dim=-1) if top_n > 0 else None
         for row, tokens in enumerate(rows):
             token = tokens[step]

@@ -8,7 +8,16 @@ closed).
 Input processing (the HF video processor, ~10-20 ms of CPU per 16-frame episode) runs in a pool
 of threads here rather than inside `AsyncLLM.generate`, which runs it on the event loop, one
 episode after another: 64 episodes ending together would otherwise wait ~1 s for a single
-thread while the body of the batch also waits to be read.
+thread while the body of the batch also waits to be read. It goes through vLLM's supported
+API (vLLM 0.24 to 0.32 at least): `renderer.render_cmpl` in a thread, its output handed to
+`AsyncLLM.generate`.
+
+Log-probabilities are vLLM's default, raw ones (the model's, before temperature and the
+sampling restrictions), as `vllm serve` returns them. The logprob score mode asks for the two
+answer tokens' raw log-probabilities by id (`logprob_token_ids`); P(yes) / (P(yes) + P(no)) is
+the same from raw values as from values restricted to the two answers. vLLM applies a step's
+requested-id logprobs to every request of that step, so a request asking for top-k
+alternatives never shares a step with one asking by id (`_LogprobKinds`).
 
 Video and image items carry ids (vLLM's `multi_modal_uuids`) instead of content hashes: unique to one
 request, or to one progress curve whose points share their clips (engines/vllm_curves.py). vLLM
@@ -108,6 +117,57 @@ def cpu_memory_utilization() -> float:
     return round(min(0.9, max(0.05, 0.8 * fraction)), 3)
 
 
+class _LogprobKinds:
+    """Keeps requests that ask vLLM for log-probabilities of named token ids (the logprob score
+    mode) and requests that ask for top-k alternatives (chat `top_logprobs` > 0) out of the engine
+    at the same time. vLLM (0.24 to 0.32) gathers logprobs by id for the whole step as soon as one
+    request of the step names ids, so a top-k request beside it would get its sampled token's
+    logprob and padding instead of its alternatives. Each kind waits while the other runs; a kind
+    that waits is let in next (new arrivals of the running kind queue behind it)."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._active = [0, 0]
+        self._waiting = [0, 0]
+        self._favour = 0
+
+    def _may_enter(self, kind: int) -> bool:
+        other = 1 - kind
+        return self._active[other] == 0 and (self._waiting[other] == 0 or self._favour == kind)
+
+    async def enter(self, kind: int) -> None:
+        async with self._cond:
+            if self._may_enter(kind):
+                self._active[kind] += 1
+                return
+            self._waiting[kind] += 1
+            self._favour = kind if self._active[1 - kind] else self._favour
+            try:
+                await self._cond.wait_for(lambda: self._may_enter(kind))
+            finally:
+                self._waiting[kind] -= 1
+            self._active[kind] += 1
+
+    async def leave(self, kind: int) -> None:
+        async with self._cond:
+            self._active[kind] -= 1
+            if self._active[kind] == 0:
+                self._favour = 1 - kind
+                self._cond.notify_all()
+
+
+_NAMED_IDS, _TOP_K = 0, 1
+
+
+def _logprob_kind(request: EngineRequest) -> int | None:
+    s = request.sampling
+    if s.mode == "logprob":
+        return _NAMED_IDS
+    if s.logprobs:
+        return _TOP_K
+    return None  # no logprobs, or only the sampled token's (right in either kind of step)
+
+
 # vLLM flags some request-level failures as retryable (finish_reason "error"): submit again once
 _REQUEST_ERROR_RETRIES = 1
 
@@ -175,10 +235,10 @@ class VllmEngine(Engine):
         self._token_ids: dict[str, list[int]] = {}
         self._threads = preprocess_threads(config)
         self._prep_pool: ThreadPoolExecutor | None = None
-        self._supported_tasks: Any = None
         self._serial = threading.Lock()
         self._curves = curve_settings(config.options)
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
+        self._logprob_kinds = _LogprobKinds()
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -202,9 +262,6 @@ class VllmEngine(Engine):
             limit_mm_per_prompt={"image": max(2, c.max_images), "video": max(1, c.max_videos)},
             # the points of a curve share their prompts up to the question: computed once
             enable_prefix_caching=True,
-            # Logprob scoring restricts the next token to the two answer words and reads their
-            # log-probabilities after that restriction: exactly P(yes) vs P(no), one prefill.
-            logprobs_mode="processed_logprobs",
             enforce_eager=c.enforce_eager,
             seed=c.seed,
         )
@@ -247,7 +304,6 @@ class VllmEngine(Engine):
             AsyncLLM.from_engine_args, args, stat_loggers=[_running_tracker(self.stats)]
         )
         if self._threads > 0:
-            self._supported_tasks = await self._llm.get_supported_tasks()
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
 
     def load_processor(self) -> None:
@@ -264,15 +320,15 @@ class VllmEngine(Engine):
 
         s = request.sampling
         if s.mode == "logprob":
+            # the two answers' raw log-probabilities by id, one prefill (see the module's doc)
             ids = [self.answer_token_ids(word)[0] for word in s.candidates]
-            return SamplingParams(max_tokens=1, temperature=0.0, allowed_token_ids=ids, logprobs=len(ids))
-        seed = s.seed if s.seed is not None else (self.config.seed if s.temperature > 0 else None)
+            return SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=ids)
         return SamplingParams(
-            max_tokens=s.max_tokens,
+            max_tokens=s.max_tokens,  # None: set from the prompt's length (_render)
             temperature=s.temperature,
             top_p=s.top_p,
             ignore_eos=s.ignore_eos,
-            seed=seed,
+            seed=s.seed,  # None: random, as vllm serve (never the server's --seed)
             stop=list(s.stop) or None,
             logprobs=s.logprobs,
             allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
@@ -281,6 +337,10 @@ class VllmEngine(Engine):
             repetition_penalty=s.repetition_penalty,
             presence_penalty=s.presence_penalty,
             frequency_penalty=s.frequency_penalty,
+            min_tokens=s.min_tokens,
+            stop_token_ids=list(s.stop_token_ids) or None,
+            include_stop_str_in_output=s.include_stop_str_in_output,
+            skip_special_tokens=s.skip_special_tokens,
         )
 
     def prepare(self, request: EngineRequest) -> tuple[dict, Any]:
@@ -303,18 +363,31 @@ class VllmEngine(Engine):
     def vocab_size(self) -> int | None:
         return len(self._processor.tokenizer) if self._processor is not None else None
 
-    def _process(self, request_id: str, inputs: dict, params: Any) -> Any:
-        """vLLM's input processing for one request, in a pool thread (an EngineCoreRequest)."""
-        kwargs = dict(supported_tasks=self._supported_tasks, arrival_time=time.time())
+    def _render(self, inputs: dict, params: Any, cap: int | None) -> Any:
+        """vLLM's input processing for one request (its HF processor: the costly part), through its
+        renderer; the engine input AsyncLLM.generate takes. A request that left max_tokens unset
+        gets the context left after its prompt, at most `max_tokens_cap` (--max-tokens-limit)."""
+        renderer = self._llm.renderer
         try:
-            return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
-        except RuntimeError as exc:
-            if "borrow" not in str(exc):  # a fast tokenizer used by two threads at once: retry alone
-                raise
-            with self._serial:
-                return self._llm.input_processor.process_inputs(request_id, inputs, params, **kwargs)
+            try:
+                (engine_input,) = renderer.render_cmpl([inputs])
+            except RuntimeError as exc:
+                if "borrow" not in str(exc):  # a fast tokenizer used by two threads at once: retry alone
+                    raise
+                with self._serial:
+                    (engine_input,) = renderer.render_cmpl([inputs])
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
+        if params.max_tokens is None:
+            prompt_len = len(engine_input.get("prompt_token_ids") or ())
+            left = self._llm.model_config.max_model_len - prompt_len
+            if left < 1:
+                raise EngineInputRejected(
+                    f"the engine refused this input: the prompt has {prompt_len} tokens, "
+                    f"the model's context {self._llm.model_config.max_model_len}"
+                )
+            params.max_tokens = min(left, cap or left)
+        return engine_input
 
     async def _submit(
         self,
@@ -323,6 +396,7 @@ class VllmEngine(Engine):
         params: Any,
         marks: CurveMarks | None = None,
         first_token: Callable[[], None] | None = None,
+        cap: int | None = None,
     ) -> Any:
         """One submission to AsyncLLM; its last output. For a curve's longest point, `marks`
         says when its input is handed to AsyncLLM (processed: the other points' clips are now
@@ -330,7 +404,9 @@ class VllmEngine(Engine):
         prompt: Any = inputs
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
-            prompt = await loop.run_in_executor(self._prep_pool, self._process, request_id, inputs, params)
+            prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
+        else:
+            prompt = self._render(inputs, params, cap)
         final = None
         if marks is not None and prompt is not inputs:
             # processed here: AsyncLLM sends it to the engine core before this task next suspends,
@@ -363,13 +439,24 @@ class VllmEngine(Engine):
     async def _generate(self, request: EngineRequest) -> EngineOutput:
         if self._llm is None:
             raise EngineDead("the vLLM engine is not running")
+        kind = _logprob_kind(request)
+        if kind is None:
+            return await self._run(request)
+        await self._logprob_kinds.enter(kind)
+        try:
+            return await self._run(request)
+        finally:
+            await self._logprob_kinds.leave(kind)
+
+    async def _run(self, request: EngineRequest) -> EngineOutput:
         inputs, params = self.prepare(request)
         started = time.perf_counter()
         marks = self.curve_marks.get(request.request_id)
+        cap = request.sampling.max_tokens_cap
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
             final = await self._submit(
-                request_id, inputs, params, marks, functools.partial(self.first_token, request.request_id)
+                request_id, inputs, params, marks, functools.partial(self.first_token, request.request_id), cap
             )
             failure = request_failure(final)
             if failure is None:
