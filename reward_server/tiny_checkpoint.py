@@ -31,8 +31,10 @@ SPECIAL_TOKENS = (
 
 # The Qwen2.5-VL chat layout, written for this builder: a default system turn when none is
 # given; each vision item is vision_start + one pad token (the processor expands it) +
-# vision_end. No whitespace control: the newlines are part of the format.
+# vision_end; with the template variable `add_vision_id`, "Picture N: " / "Video N: " before each,
+# as Qwen's own template. No whitespace control: the newlines are part of the format.
 CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
     "{% if messages[0]['role'] != 'system' %}"
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
     "{% endif %}"
@@ -40,8 +42,10 @@ CHAT_TEMPLATE = (
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% if part['type'] == 'image' %}{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}"
     "{% endif %}{% endfor %}{% endif %}"
     "<|im_end|>\n"

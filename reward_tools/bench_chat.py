@@ -1,7 +1,15 @@
 """OpenAI chat requests of the shapes RL reward workers send, concurrently, against one or more servers.
 
     python -m reward_tools.bench_chat --url http://127.0.0.1:18080 --url http://127.0.0.1:8000 \\
-        --shape seed --n 64 --shape history --n 512 --out chat.json
+        --shape seed --n 64 --shape history --n 512 --repeats 3 --out chat.json
+
+A fair comparison: every server is first warmed by one unmeasured pass of every shape (its own
+frames, never measured), then each shape is measured `--repeats` times (at least 3), every repeat
+with frames no server has been sent before; the servers take turns within a repeat, and each
+(server, shape) is reported by its median repeat. With two or more URLs, each later URL's
+median wall time is also given over the first's (`vs_first`: > 1 means the first is faster).
+Servers measured one after another (one GPU, one engine at a time) get the same schedule of
+frames: run this once per server with the same --repeats and compare the medians (--report).
 
 Shapes (every request carries frames no other request carries, so no cache helps):
 - `seed`: the seed's ManiSkill reward worker: one user turn of 8 JPEG frames (quality 70) as
@@ -12,7 +20,8 @@ Shapes (every request carries frames no other request carries, so no cache helps
 
 The same payloads go to every URL (this server, plain `vllm serve`, SGLang): each URL's served
 model name is read from `GET /v1/models`. Prints JSON: wall time, requests per second, latency
-p50 / p95 / max, status counts, and the mean prompt and completion tokens from `usage`.
+p50 / p95 / max, status counts, and the mean prompt and completion tokens from `usage`, for the
+median repeat, and every repeat's wall time.
 """
 
 from __future__ import annotations
@@ -131,6 +140,8 @@ class Result:
     prompt_tokens_mean: float | None = None
     completion_tokens_mean: float | None = None
     errors: list[str] = field(default_factory=list)
+    repeats_wall_s: list[float] = field(default_factory=list)  # every measured repeat (this is the median one)
+    vs_first: float | None = None  # this URL's median wall time over the first URL's, same shape
 
 
 def served_model(url: str, timeout: float = 30.0) -> str:
@@ -194,19 +205,78 @@ def measure(url: str, shape: str, n: int, size: int = 256, timeout: float = 600.
     )
 
 
+MIN_REPEATS = 3
+# frame offsets (frame(seed, ...) seeds) far apart: warm-up passes and repeats never share a frame
+WARMUP_OFFSET = 10**7
+REPEAT_STRIDE = 10**5
+SHAPE_STRIDE = 10**4
+
+
+def compare(
+    urls: list[str],
+    shapes: list[str],
+    ns: list[int],
+    repeats: int,
+    size: int,
+    timeout: float,
+    warmup: int = 1,
+    warmup_n: int | None = None,
+) -> list[dict]:
+    """Warm every URL (`warmup` passes of every shape, `warmup_n` requests each, default the
+    shape's n), then `repeats` rounds in which the URLs take turns on each shape with frames never
+    sent before; one row per (URL, shape): its median repeat."""
+    for url in urls:
+        for w in range(warmup):
+            for k, (shape, n) in enumerate(zip(shapes, ns, strict=True)):
+                offset = WARMUP_OFFSET + w * REPEAT_STRIDE + k * SHAPE_STRIDE
+                measure(url, shape, min(n, warmup_n or n), size, timeout, offset=offset)
+    runs: dict[tuple[int, str], list[Result]] = {}
+    indices = list(range(len(urls)))
+    for r in range(repeats):
+        order = indices[r % len(urls) :] + indices[: r % len(urls)]  # who goes first changes every repeat
+        for k, (shape, n) in enumerate(zip(shapes, ns, strict=True)):
+            for i in order:
+                result = measure(urls[i], shape, n, size, timeout, offset=(r + 1) * REPEAT_STRIDE + k * SHAPE_STRIDE)
+                logger.info("%s %s n=%d repeat %d: %.2f s", urls[i], shape, n, r + 1, result.wall_s)
+                runs.setdefault((i, shape), []).append(result)
+    rows = []
+    for shape in shapes:
+        first = None
+        for i in indices:
+            done = sorted(runs[(i, shape)], key=lambda x: x.wall_s)
+            median = done[(len(done) - 1) // 2]
+            median.repeats_wall_s = [x.wall_s for x in runs[(i, shape)]]
+            wall = statistics.median(median.repeats_wall_s)
+            if first is None:
+                first = wall
+            else:
+                median.vs_first = round(wall / first, 3)
+            rows.append(asdict(median))
+    return rows
+
+
 def report(paths: list[str]) -> str:
-    """One Markdown table of the results in these JSON files (one row per URL and shape)."""
+    """One Markdown table of the results in these JSON files (one row per URL and shape), each
+    row's median repeat; `first / this` is the first row's median wall time for the same shape over
+    this row's (below 1: this row is slower than the first), so two servers measured in turn compare
+    in one table."""
     rows = [
-        "| server | shape | n | wall s | req/s | p50 s | p95 s | statuses | prompt tok | completion tok |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| server | shape | n | median wall s | repeats s | first / this | req/s | p50 s | p95 s | statuses "
+        "| prompt tok | completion tok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    first: dict[str, float] = {}
     for path in paths:
         with open(path) as fh:
             for r in json.load(fh)["results"]:
                 statuses = " ".join(f"{k}x{v}" for k, v in sorted(r["statuses"].items()))
+                walls = r.get("repeats_wall_s") or [r["wall_s"]]
+                wall = statistics.median(walls)
+                base = first.setdefault(r["shape"], wall)
                 rows.append(
-                    f"| {r['url']} | {r['shape']} | {r['n']} | {r['wall_s']} | {r['req_per_s']} | {r['p50_s']} "
-                    f"| {r['p95_s']} | {statuses} | {r['prompt_tokens_mean']} | {r['completion_tokens_mean']} |"
+                    f"| {r['url']} | {r['shape']} | {r['n']} | {wall:.3f} | {', '.join(str(w) for w in walls)} "
+                    f"| {base / wall:.3f} | {r['n'] / wall:.1f} | {r['p50_s']} | {r['p95_s']} | {statuses} "
+                    f"| {r['prompt_tokens_mean']} | {r['completion_tokens_mean']} |"
                 )
     return "\n".join(rows)
 
@@ -222,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", action="append", choices=SHAPES, help="request shape (repeat, each with its --n)")
     parser.add_argument("--n", action="append", type=int, help="concurrent requests for the matching --shape")
     parser.add_argument("--size", type=int, default=256, help="frame side in pixels")
-    parser.add_argument("--warmup", type=int, default=2, help="requests sent to each URL before measuring")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured passes of every shape per URL before measuring (own frames)"
+    )
+    parser.add_argument("--warmup-n", type=int, help="requests per shape in a warm-up pass (default: the shape's --n)")
+    parser.add_argument("--repeats", type=int, default=MIN_REPEATS, help=f"measured repeats (>= {MIN_REPEATS})")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--out", help="also write the results here (JSON)")
     args = parser.parse_args(argv)
@@ -236,15 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     ns = args.n or [64] * len(shapes)
     if len(ns) != len(shapes):
         parser.error("give one --n per --shape")
-    results = []
-    for url in args.url:
-        url = url.rstrip("/")
-        if args.warmup:
-            measure(url, shapes[0], args.warmup, args.size, args.timeout, offset=10**6)
-        for k, (shape, n) in enumerate(zip(shapes, ns, strict=True)):
-            result = measure(url, shape, n, args.size, args.timeout, offset=k * 10**4)
-            logger.info("%s %s n=%d: %.2f s, %s", url, shape, n, result.wall_s, result.statuses)
-            results.append(asdict(result))
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be at least {MIN_REPEATS}: a comparison reports medians")
+    urls = [u.rstrip("/") for u in args.url]
+    results = compare(urls, shapes, ns, args.repeats, args.size, args.timeout, args.warmup, args.warmup_n)
     text = json.dumps({"results": results}, indent=2)
     print(text)
     if args.out:

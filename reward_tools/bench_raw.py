@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,17 +51,17 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size):
     results = []
     episodes = Episodes(frames, size)
     for style in styles:
-        warm = [engine.prepare(r) for r in requests(episodes, 4, style)]
+        warm = [engine.prepare(r) for r in requests(episodes, max(ns), style)]  # unmeasured, own episodes
         llm.generate([p for p, _ in warm], [s for _, s in warm], use_tqdm=False)
         for n in ns:
-            best = None
+            walls = []
             for _ in range(repeats):
                 prepared = [engine.prepare(r) for r in requests(episodes, n, style)]  # new episodes each time
                 started = time.perf_counter()
                 llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
-                wall = time.perf_counter() - started
-                best = wall if best is None else min(best, wall)
-            results.append({"style": style, "n": n, "wall_s": best, "episodes_per_s": n / best})
+                walls.append(time.perf_counter() - started)
+            wall = statistics.median(walls)
+            results.append({"style": style, "n": n, "wall_s": wall, "episodes_per_s": n / wall, "repeats_s": walls})
             logger.info("%s", results[-1])
     return results
 
@@ -78,16 +79,16 @@ def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
         for n in [2, *ns]:
             reqs = requests(episodes, n, style)
             inputs, prompts = engine.model_inputs(reqs)  # processor work outside the timing, as for vllm
-            best = None
+            walls = []
             for _ in range(repeats if n != 2 else 1):
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
                 started = time.perf_counter()
                 engine.forward(inputs, prompts, reqs[0].sampling)
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
-                wall = time.perf_counter() - started
-                best = wall if best is None else min(best, wall)
+                walls.append(time.perf_counter() - started)
             if n != 2:  # n=2 is the warm-up
-                results.append({"style": style, "n": n, "wall_s": best, "episodes_per_s": n / best})
+                wall = statistics.median(walls)
+                results.append({"style": style, "n": n, "wall_s": wall, "episodes_per_s": n / wall, "repeats_s": walls})
                 logger.info("%s", results[-1])
     return results
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--n", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--styles", nargs="+", default=["logprob", "gen256"])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="measured batches (the median is reported)")
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--max-model-len", type=int, default=8192)

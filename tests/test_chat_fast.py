@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import io
+import json
 import time
 
 import httpx
@@ -446,10 +447,32 @@ def test_fuzzed_chat_bodies_never_fail_the_server(server):
 
 
 def test_bench_chat_measures_both_shapes(server, tmp_path):
-    from reward_tools.bench_chat import main, measure
+    from reward_tools.bench_chat import measure
 
     result = measure(server.url, "history", 6, size=64)
     assert result.statuses == {"200": 6} and result.prompt_tokens_mean > 10 * 10  # 10 images reached the engine
+
+
+def test_bench_chat_is_fair_warmed_repeated_new_frames_medians(server, tmp_path):
+    """Each URL is warmed by an unmeasured pass, every repeat sends frames never sent before (to any
+    URL: two URLs here are the same server, which would serve a repeat from its caches), and each
+    (URL, shape) is its median repeat; fewer than 3 repeats is refused."""
+    from reward_tools.bench_chat import main
+
     out = tmp_path / "chat.json"
-    assert main(["--url", server.url, "--shape", "seed", "--n", "3", "--size", "64", "--out", str(out)]) == 0
+    before = len(server.engine.seen)
+    urls = ["--url", server.url, "--url", server.url + "/"]
+    assert main([*urls, "--shape", "seed", "--n", "2", "--size", "32", "--repeats", "3", "--out", str(out)]) == 0
+    seen = server.engine.seen[before:]
+    assert len(seen) == 2 * (1 + 3) * 2  # per URL: a warm-up pass, then 3 measured repeats of 2 requests
+    last_frames = [r.images[-1].tobytes() for r in seen]
+    warmups, measured = last_frames[:4], last_frames[4:]
+    assert not set(warmups) & set(measured)  # the warm-up's frames are never measured
+    # each measured frame goes once to each URL, and no repeat reuses another's
+    assert len(set(measured)) == 3 * 2 and all(measured.count(f) == 2 for f in measured)
+    rows = json.loads(out.read_text())["results"]
+    assert len(rows) == 2 and all(len(r["repeats_wall_s"]) == 3 for r in rows)
+    assert rows[0]["wall_s"] == sorted(rows[0]["repeats_wall_s"])[1] and rows[1]["vs_first"] > 0
+    with pytest.raises(SystemExit):
+        main(["--url", server.url, "--repeats", "2"])
     assert main(["--report", str(out)]) == 0

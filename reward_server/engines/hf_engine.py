@@ -250,13 +250,11 @@ class HFEngine(Engine):
         new_tokens = generated.sequences[:, inputs["input_ids"].shape[1] :]
         stop_ids = set(eos_ids)
         pad = tokenizer.pad_token_id
-        rows = new_tokens.tolist()
+        answers = [_answer_tokens(tokens, stop_ids, min_new or 0, pad) for tokens in new_tokens.tolist()]
         logprobs = None
         if s.logprobs is not None:
-            logprobs = _token_logprobs(generated.logits, rows, pad, s.logprobs, tokenizer)
-        for row, (out, tokens) in enumerate(zip(outputs, rows, strict=True)):
-            kept = [t for t in tokens if t != pad]
-            stopped = bool(kept) and kept[-1] in stop_ids
+            logprobs = _token_logprobs(generated.logits, [kept for kept, _ in answers], s.logprobs, tokenizer)
+        for row, (out, (kept, stopped)) in enumerate(zip(outputs, answers, strict=True)):
             out.output_tokens = len(kept)
             out.finish_reason = "stop" if stopped else "length"
             # as vLLM: the token that stopped the answer is not part of its text unless asked for
@@ -306,6 +304,19 @@ class _AllowOnly:
         return scores + mask
 
 
+def _answer_tokens(tokens: list[int], stop_ids: set[int], min_new: int, pad: int | None) -> tuple[list[int], bool]:
+    """A row's generated tokens up to and including the token that stopped it (EOS or a stop token
+    id, once `min_new` tokens are out), and whether one did; the padding after a row that ended
+    early (a stop string, a cancelled row) is dropped. Pad and EOS may be the same id."""
+    for i, token in enumerate(tokens):
+        if token in stop_ids and i + 1 >= min_new:
+            return tokens[: i + 1], True
+    end = len(tokens)
+    while end and tokens[end - 1] == pad:
+        end -= 1
+    return tokens[:end], False
+
+
 def _group_key(request: EngineRequest) -> tuple:
     """Requests with equal keys run in one generate call. A seeded sampled request runs alone (one
     reseeded generator per call, so the same seed gives the same answer whatever else arrived, as
@@ -316,18 +327,17 @@ def _group_key(request: EngineRequest) -> tuple:
     return (s.batch_key, request.fps, request.request_id if alone else "")
 
 
-def _token_logprobs(logits: tuple, rows: list[list[int]], pad: int | None, top_n: int, tokenizer: Any) -> list:
-    """Per row, the generated tokens' raw log-probabilities (the model's, before temperature and the
-    sampling processors, as vLLM returns them by default) with the top_n alternatives; pad
-    positions after a row ended are skipped."""
+def _token_logprobs(logits: tuple, rows: list[list[int]], top_n: int, tokenizer: Any) -> list:
+    """Per row, its answer tokens' raw log-probabilities (the model's, before temperature and the
+    sampling processors, as vLLM returns them by default) with the top_n alternatives."""
     out: list[list[TokenLogprob]] = [[] for _ in rows]
     for step, step_logits in enumerate(logits):
         lp = step_logits.float().log_softmax(-1)
         top = lp.topk(top_n, dim=-1) if top_n > 0 else None
         for row, tokens in enumerate(rows):
-            token = tokens[step]
-            if token == pad:
+            if step >= len(tokens):
                 continue
+            token = tokens[step]
             alts = ()
             if top is not None:
                 alts = tuple(

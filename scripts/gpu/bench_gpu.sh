@@ -28,7 +28,9 @@
 # chat: OpenAI chat requests (reward_tools.bench_chat) of the seed worker's shape (8 JPEG frames,
 #       N_SEED=64 concurrent) and RLinf's history-buffer shape (5 frames x 2 views, N_HISTORY=512
 #       concurrent), to this server's /v1/chat/completions and then to plain `vllm serve` on the
-#       same checkpoint and engine settings, one after the other on one GPU; peak RSS of each.
+#       same checkpoint and engine settings, one after the other on one GPU; each warmed by an
+#       unmeasured pass of its own frames, then CHAT_REPEATS (3) repeats of frames never sent
+#       before, medians compared (table_chat.md); peak RSS of each.
 # curves: progress curves (reward_tools.bench_curves): N episodes ending together scored with K = 1,
 #       8, 16 points through the hook's raw batch, median of 3, per server setting of CURVE_ROWS
 #       (default "today default": the settings before issue 33, then this server's defaults) and
@@ -113,9 +115,9 @@ case "${1:?vllm, hf, split, warmup, ceiling, ray, chat or curves}" in
     ;;
   hf)
     python3 -m reward_tools.bench_raw --engine hf --model-path $CKPT --n "$N" --styles $STYLES \
-      --repeats 1 --out "$OUT/raw_hf.json" 2>"$OUT/raw_hf.log"
+      --repeats 3 --out "$OUT/raw_hf.json" 2>"$OUT/raw_hf.log"
     python3 -m reward_tools.bench --launch "$COMMON --engine hf --max-batch-size $N" --n "$N" --styles $STYLES \
-      --paths hook_raw --repeats 1 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
+      --paths hook_raw --repeats 3 --out "$OUT/server_hf.json" 2>"$OUT/server_hf.log"
     python3 -m reward_tools.bench_report "$OUT"/raw_hf.json "$OUT"/server_hf.json | tee "$OUT/table_hf.md"
     ;;
   split)
@@ -126,9 +128,9 @@ case "${1:?vllm, hf, split, warmup, ceiling, ray, chat or curves}" in
     trap 'pkill -f "reward_server .*--port 1808" || true' EXIT
     wait_http http://127.0.0.1:18080/health 900 && wait_http http://127.0.0.1:18081/health 900
     python3 -m reward_tools.bench --url http://127.0.0.1:18080 --n 64 128 --styles $STYLES --paths hook_raw \
-      --repeats 2 --out "$OUT/split_1.json" 2>"$OUT/split_bench_1.log"
+      --repeats 3 --out "$OUT/split_1.json" 2>"$OUT/split_bench_1.log"
     python3 -m reward_tools.bench --url http://127.0.0.1:18080,http://127.0.0.1:18081 --n 64 128 --styles $STYLES \
-      --paths hook_raw --repeats 2 --out "$OUT/split_2.json" 2>"$OUT/split_bench_2.log"
+      --paths hook_raw --repeats 3 --out "$OUT/split_2.json" 2>"$OUT/split_bench_2.log"
     python3 -m reward_tools.bench_report "$OUT"/split_1.json "$OUT"/split_2.json | tee "$OUT/table_split.md"
     ;;
   warmup)
@@ -178,10 +180,10 @@ PY
       if ! wait_server $url $pid 900; then
         tail -5 "$OUT/ceiling_$name.server.log" >&2; stop_pid $pid; continue
       fi
-      python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 2 \
+      python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 3 \
         --out "$OUT/ceiling_$name.json" 2>"$OUT/ceiling_$name.log" || echo "$name: errors (see its log)" >&2
       if [ "$name" = bf16 ]; then
-        python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 2 --to-grid \
+        python3 -m reward_tools.bench --url $url --n "$N" --styles $STYLES --paths hook_raw --repeats 3 --to-grid \
           --out "$OUT/ceiling_bf16_grid.json" 2>"$OUT/ceiling_bf16_grid.log" || echo "bf16 --to-grid: errors" >&2
       fi
       python3 -m reward_tools.fidelity scores --url $url --n "$N" --out "$OUT/scores_$name.json" \
@@ -240,7 +242,10 @@ PY
     python3 -m reward_tools.bench_report "${files[@]}" | tee "$OUT/table_ray.md"
     ;;
   chat)
+    # each server: one unmeasured warm-up pass per shape with its own frames (CHAT_WARMUP_N requests
+    # each), then CHAT_REPEATS measured repeats of frames never sent before; medians compared
     SHAPES="--shape seed --n ${N_SEED:-64} --shape history --n ${N_HISTORY:-512}"
+    SHAPES="$SHAPES --repeats ${CHAT_REPEATS:-3} --warmup-n ${CHAT_WARMUP_N:-64}"
     SEQS="--max-num-seqs 256"  # both servers schedule the same number of requests at once
     python3 -m reward_server $COMMON --engine vllm $TUNED $SEQS --max-images-per-request 16 --port 18080 \
       >"$OUT/chat_server.log" 2>&1 &
