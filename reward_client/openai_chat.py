@@ -161,7 +161,9 @@ class ChatCompletionRequest(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     max_tokens: int | None = Field(
-        default=None, ge=1, description="new tokens; at most the server's --max-tokens-limit"
+        default=None,
+        ge=1,
+        description="new tokens; unset: the context left after the prompt; at most the server's --max-tokens-limit",
     )
     max_completion_tokens: int | None = Field(default=None, ge=1, description="OpenAI's newer name of max_tokens")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)

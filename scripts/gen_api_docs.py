@@ -25,7 +25,8 @@ The schema itself is served at `GET /openapi.json` (and browsable at `/docs`). T
 Errors have the shape `{"error": {"type": ..., "message": ...}}`; under `/v1` (OpenAI's chat
 dialect, models in `reward_client/openai_chat.py`) they have OpenAI's shape, `{"error":
 {"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type below
-and `param` the request field at fault. In a batch, an item that fails has the same `type` in
+and `param` the request field at fault, except that a body or field that fails validation is a
+400 there (`bad_request`, `param` naming the field), as `vllm serve` and OpenAI answer it. In a batch, an item that fails has the same `type` in
 its own `error`, and the other items are scored. Every 503 carries `Retry-After`.
 
 Every error also says `retryable` (the column below): `true` when the same request (or batch
