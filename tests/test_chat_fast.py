@@ -171,6 +171,30 @@ def test_rlinf_sampling_params_spread_into_the_body_reach_the_engine(server):
     assert content and len(content[0]["top_logprobs"]) == 2 and content[0]["logprob"] <= 0
 
 
+def test_vllm_fields_reach_the_engine_and_max_tokens_defaults_to_the_context(server):
+    """The fields vLLM honours that change the answer reach the engine's request (the engines'
+    behaviour on them is tests/test_chat_semantics.py); max_tokens unset is left to the engine (the
+    context left), capped by --max-tokens-limit, not the scoring profile's default."""
+    before = len(server.engine.seen)
+    extra = {
+        "min_tokens": 2,
+        "ignore_eos": True,
+        "stop_token_ids": [7, 9],
+        "include_stop_str_in_output": True,
+        "skip_special_tokens": False,
+        "chat_template_kwargs": {"add_vision_id": True},
+        "echo": True,
+    }
+    r = post(f"{server.url}{CHAT}", json={**chat_body(), **extra})
+    assert r.status_code == 200, r.text
+    (seen,) = server.engine.seen[before:]
+    s = seen.sampling
+    assert (s.min_tokens, s.ignore_eos, s.stop_token_ids) == (2, True, (7, 9))
+    assert s.include_stop_str_in_output and not s.skip_special_tokens
+    assert dict(seen.chat.template_kwargs) == {"add_vision_id": True}
+    assert s.max_tokens is None and s.max_tokens_cap == 64  # this server's --max-tokens-limit
+
+
 def test_rlinf_history_buffer_shape_many_concurrent_single_requests(server):
     views = [[frame(5, t) for t in range(5)], [frame(6, t) for t in range(5)]]
     body = history_payload("judge", views)
