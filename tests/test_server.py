@@ -192,7 +192,11 @@ def test_engines_agree_on_greedy_logprob_scores(vllm_server, hf_server):
         }
         a, b = post(vllm_server, "/score", body).json(), post(hf_server, "/score", body).json()
         assert a["prompt_tokens"] == b["prompt_tokens"]
+        # vLLM reads the two answers' raw log-probabilities by id; transformers normalises the two
+        # answer logits against each other (the restricted quantity vLLM reported before): the
+        # same P(yes) / (P(yes) + P(no)) and the same log-odds
         diffs.append(abs(a["score"] - b["score"]))
+        diffs.append(abs(a["raw_value"] - b["raw_value"]) / 100)
     assert max(diffs) < 2e-3, diffs
 
 
