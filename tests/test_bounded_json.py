@@ -99,6 +99,6 @@ def test_every_route_refuses_the_same_document_alike(server, doc, fragment):
         error = r.json()["error"]
         assert error["type"] == "invalid_request" and fragment in error["message"], (route, error)
     assert "raw batch header is not valid JSON" in answers["raw header"].json()["error"]["message"]
-    chat = post(f"{server.url}{CHAT}", content=doc, headers=json_type)
-    assert chat.status_code == 422 and fragment in chat.json()["error"]["message"], chat.text
+    chat = post(f"{server.url}{CHAT}", content=doc, headers=json_type)  # as vllm serve: 400 under /v1
+    assert chat.status_code == 400 and fragment in chat.json()["error"]["message"], chat.text
     assert post(f"{server.url}/score", json={"task_text": "t", "frames": None}).status_code == 422  # still serving
