@@ -29,6 +29,7 @@ import psutil
 from reward_client.protocol import MAX_MAX_PIXELS
 from reward_client.video_io import write_mp4
 from reward_tools.launch import ServerProcess
+from reward_tools.memory import tree_rss_bytes
 
 logger = logging.getLogger("decoded_memory")
 GIB = 2**30
@@ -58,14 +59,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def now(self) -> tuple[int, int]:
-        main = self.proc.memory_info().rss
-        tree = main
-        for child in self.proc.children(recursive=True):
-            try:
-                tree += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return main, tree
+        return self.proc.memory_info().rss, tree_rss_bytes(self.proc.pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -46,23 +46,13 @@ import psutil
 from reward_client.protocol import InlineFrames
 from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
 from reward_tools.launch import ServerProcess, free_port
+from reward_tools.memory import tree_rss_bytes
 
 logger = logging.getLogger("reward_tools.soak")
 
 
 def rss_mib(pid: int) -> float:
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+    return tree_rss_bytes(pid) / 2**20
 
 
 class Clock:

@@ -23,26 +23,15 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 from reward_client.protocol import InlineFrames
 from reward_tools.bench import episode
 from reward_tools.launch import ServerProcess
+from reward_tools.memory import tree_rss_bytes
 from reward_tools.stalled_upload import StalledUpload
 
 logger = logging.getLogger("stalled_uploads")
 DECLARED = 512 * 2**20
-
-
-def rss_bytes(pid: int) -> int:
-    proc = psutil.Process(pid)
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def small_body(i: int) -> dict:
@@ -58,13 +47,13 @@ def run_case(server: ServerProcess, stalled: int, chunked: bool, seconds: float,
 
     def sample() -> None:
         while not stop.is_set():
-            samples.append(rss_bytes(pid))
+            samples.append(tree_rss_bytes(pid))
             time.sleep(0.25)
 
     with httpx.Client(timeout=30) as client:
         for i in range(5):  # warm: the first requests allocate what every later one reuses
             client.post(f"{server.url}/score", json=small_body(i))
-        baseline = rss_bytes(pid)
+        baseline = tree_rss_bytes(pid)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         declared = None if chunked else DECLARED
