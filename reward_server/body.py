@@ -148,6 +148,11 @@ class BodyReader:
                     return
         except BaseException as exc:
             self.error = exc
+            if not isinstance(exc, asyncio.CancelledError):
+                # a refused or broken body gives its bytes back now, not when its handler gets to
+                # close it: concurrent uploads refused in the same instant would otherwise all be
+                # refused (each sees the others' bytes), and none would be served
+                self.release()
             self._wake()
             if not isinstance(exc, asyncio.CancelledError):
                 self.disconnected.set()  # a broken body ends the request like a disconnect

@@ -84,15 +84,17 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
 
 @dataclass(frozen=True)
 class _ArrayFollows:
-    """Stands in for a large array result, whose bytes follow as one message: the server
-    receives them straight into the array (a pickled array would be held twice, as the message
-    and as the array, for a moment: gigabytes for a long 1080p episode)."""
+    """Stands in for a large array result, whose bytes follow in chunks the server receives
+    straight into the array. A pickled array, or its bytes as one message, would be held twice
+    for a moment (multiprocessing receives a whole message into a buffer of its own, even in
+    recv_bytes_into): gigabytes for a long 1080p episode, beyond what the decoded budget admits."""
 
     shape: tuple[int, ...]
     dtype: str
 
 
 DIRECT_ARRAY_BYTES = 1 << 20
+ARRAY_CHUNK_BYTES = 1 << 20  # the most a result holds twice while it is received
 
 
 def _send_result(conn: Connection, value: Any) -> None:
@@ -101,7 +103,9 @@ def _send_result(conn: Connection, value: Any) -> None:
     if isinstance(value, np.ndarray) and value.nbytes >= DIRECT_ARRAY_BYTES and value.dtype.hasobject is False:
         value = np.ascontiguousarray(value)
         conn.send((True, _ArrayFollows(value.shape, value.dtype.str), False))
-        conn.send_bytes(memoryview(value).cast("B"))
+        view = memoryview(value).cast("B")
+        for start in range(0, len(view), ARRAY_CHUNK_BYTES):
+            conn.send_bytes(view[start : start + ARRAY_CHUNK_BYTES])
         return
     conn.send((True, value, False))
 
@@ -112,7 +116,9 @@ def _receive_result(conn: Connection) -> tuple[bool, Any, bool]:
         import numpy as np
 
         array = np.empty(value.shape, dtype=np.dtype(value.dtype))
-        conn.recv_bytes_into(memoryview(array).cast("B"))
+        view, received = memoryview(array).cast("B"), 0
+        while received < len(view):
+            received += conn.recv_bytes_into(view, received)
         value = array
     return ok, value, recycle
 

@@ -4,10 +4,13 @@ uploads stall, with a declared Content-Length or a chunked body. Fast tier, fake
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
+from reward_server.admission import Admission, BodyOverloaded
+from reward_server.body import BodyLimits, BodyReader
 from reward_tools.stalled_upload import StalledUpload
 from tests.conftest import episode_frames, inline
 from tests.servers import InProcessServer, post, stats
@@ -68,3 +71,29 @@ def test_a_body_that_would_overflow_the_budget_as_it_arrives_gets_a_retryable_50
         assert stats(s.url)["bytes_in_progress"] == first.sent + 700 * 1024
         first.close()
         assert small_score(s.url) == 200
+
+
+def test_concurrent_bodies_over_the_budget_are_refused_one_at_a_time_and_one_is_served():
+    """Four bodies of 40 bytes arrive in lockstep against a budget of 100: each refused body gives
+    its bytes back the moment it is refused (not when its handler closes it), so the others go on
+    and at least one arrives whole. Refused together, a burst would be refused whole, every time."""
+
+    async def scenario() -> tuple[list[BodyReader], Admission]:
+        admission = Admission(max_work=8, max_bytes=100)
+        limits = BodyLimits(max_bytes=40, idle_timeout_s=5, min_rate=1, total_s=30)
+        queues = [asyncio.Queue() for _ in range(4)]
+        readers = [BodyReader(q.get, 40, limits, admission).start() for q in queues]
+        for sent in range(0, 40, 5):
+            for q in queues:
+                q.put_nowait({"type": "http.request", "body": b"x" * 5, "more_body": sent + 5 < 40})
+            await asyncio.sleep(0)  # every reader takes its chunk before the next round: a burst
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        return readers, admission
+
+    readers, admission = asyncio.run(scenario())
+    done = [r for r in readers if r.done]
+    refused = [r for r in readers if isinstance(r.error, BodyOverloaded)]
+    assert len(done) >= 1 and len(done) + len(refused) == 4, [(r.received, r.error) for r in readers]
+    assert all(r.held == 0 for r in refused)
+    assert admission.bytes == sum(r.held for r in done) == 40 * len(done)
