@@ -243,33 +243,38 @@ PY
     ;;
   chat)
     # each server: one unmeasured warm-up pass per shape with its own frames (CHAT_WARMUP_N requests
-    # each), then CHAT_REPEATS measured repeats of frames never sent before; medians compared
+    # each), then CHAT_REPEATS measured repeats of frames never sent before; medians compared.
+    # CHAT_SIDES (default "server vllm_serve") runs one side per call where a call's time limit
+    # cannot hold both; then `python -m reward_tools.bench_chat --report` the two JSON files.
     SHAPES="--shape seed --n ${N_SEED:-64} --shape history --n ${N_HISTORY:-512}"
     SHAPES="$SHAPES --repeats ${CHAT_REPEATS:-3} --warmup-n ${CHAT_WARMUP_N:-64}"
     SEQS="--max-num-seqs 256"  # both servers schedule the same number of requests at once
-    python3 -m reward_server $COMMON --engine vllm $TUNED $SEQS --max-images-per-request 16 --port 18080 \
-      >"$OUT/chat_server.log" 2>&1 &
-    ours=$!
-    trap 'kill $ours 2>/dev/null || true' EXIT
-    wait_server http://127.0.0.1:18080 $ours 900
-    python3 -m reward_tools.bench_chat --url http://127.0.0.1:18080 $SHAPES --out "$OUT/chat_server.json" \
-      2>"$OUT/chat_bench_server.log"
-    peak_rss $ours >"$OUT/chat_server_rss.txt"
-    curl -s http://127.0.0.1:18080/metrics >"$OUT/chat_server_metrics.txt" || true
-    stop_pid $ours
-    # plain `vllm serve`, same engine settings and image limit; the same payloads
-    python3 -m vllm.entrypoints.openai.api_server --model $CKPT --dtype bfloat16 --max-model-len 8192 \
-      --gpu-memory-utilization 0.85 $TUNED $SEQS --limit-mm-per-prompt '{"image": 16, "video": 1}' \
-      --port 18000 >"$OUT/chat_vllm_serve.log" 2>&1 &
-    peer=$!
-    trap 'kill $peer 2>/dev/null || true' EXIT
-    wait_server http://127.0.0.1:18000 $peer 900
-    python3 -m reward_tools.bench_chat --url http://127.0.0.1:18000 $SHAPES --out "$OUT/chat_vllm_serve.json" \
-      2>"$OUT/chat_bench_vllm_serve.log"
-    peak_rss $peer >"$OUT/chat_vllm_serve_rss.txt"
-    stop_pid $peer
-    python3 -m reward_tools.bench_chat --report "$OUT"/chat_server.json "$OUT"/chat_vllm_serve.json \
-      | tee "$OUT/table_chat.md"
+    for side in ${CHAT_SIDES:-server vllm_serve}; do
+      case $side in
+        server)
+          python3 -m reward_server $COMMON --engine vllm $TUNED $SEQS --max-images-per-request 16 --port 18080 \
+            >"$OUT/chat_server.log" 2>&1 &
+          url=http://127.0.0.1:18080 ;;
+        vllm_serve)  # plain `vllm serve`, same engine settings and image limit; the same payloads
+          python3 -m vllm.entrypoints.openai.api_server --model $CKPT --dtype bfloat16 --max-model-len 8192 \
+            --gpu-memory-utilization 0.85 $TUNED $SEQS --limit-mm-per-prompt '{"image": 16, "video": 1}' \
+            --port 18000 >"$OUT/chat_vllm_serve.log" 2>&1 &
+          url=http://127.0.0.1:18000 ;;
+        *) echo "unknown chat side $side (server, vllm_serve)" >&2; exit 2 ;;
+      esac
+      pid=$!
+      trap 'kill $pid 2>/dev/null || true' EXIT
+      wait_server $url $pid 900
+      python3 -m reward_tools.bench_chat --url $url $SHAPES --out "$OUT/chat_$side.json" \
+        2>"$OUT/chat_bench_$side.log"
+      peak_rss $pid >"$OUT/chat_${side}_rss.txt"
+      curl -s $url/metrics >"$OUT/chat_${side}_metrics.txt" || true
+      stop_pid $pid
+    done
+    if [ -f "$OUT/chat_server.json" ] && [ -f "$OUT/chat_vllm_serve.json" ]; then
+      python3 -m reward_tools.bench_chat --report "$OUT"/chat_server.json "$OUT"/chat_vllm_serve.json \
+        | tee "$OUT/table_chat.md"
+    fi
     ;;
   curves)
     # CURVE_ROWS: server settings, one server each: `today` (as before issue 33: --max-num-seqs 128,
