@@ -38,7 +38,8 @@ from reward_client.openai_chat import (
     is_neutral,
 )
 from reward_server.body import BodyReader
-from reward_server.decoding import InvalidBody, parse_chat_json
+from reward_server.decoded_budget import DecodedTooLarge
+from reward_server.decoding import ChatMedia, InvalidBody, parse_chat_json
 from reward_server.engine_io import (
     ChatPrompt,
     EngineOutput,
@@ -132,16 +133,19 @@ class ChatCompletions:
             nonlocal media
             if media is None:  # decoded once for every choice
                 media = asyncio.ensure_future(self.service.decode_media(prompt.media))
-            decoded = await asyncio.shield(media)
+            try:
+                decoded: ChatMedia = await asyncio.shield(media)
+            except DecodedTooLarge as exc:
+                raise _with_param(exc, "messages") from None
             # vLLM's rule for n > 1: choice i samples with seed + i
             seed = sampling.seed + choice if sampling.seed is not None else None
-            return self._engine_request(prompt, decoded, replace(sampling, seed=seed))
+            return self._engine_request(prompt, decoded.arrays, replace(sampling, seed=seed))
 
         try:
             outputs = await self.service.chat([_bind(build, i) for i in range(n)], started)
         finally:
-            if media is not None and not media.done():
-                media.cancel()
+            if media is not None:
+                _give_back(media)
         return self.response(outputs)
 
     # --- request -> engine request ------------------------------------------------------------
@@ -321,6 +325,15 @@ class ChatCompletions:
                 total_tokens=prompt_tokens + completion_tokens,
             ),
         )
+
+
+def _give_back(media: asyncio.Future) -> None:
+    """The request's decoded media leave the budget: its answer is done, or it failed or was cancelled
+    (a decode still in progress is cancelled, and gives its share back itself)."""
+    if not media.done():
+        media.cancel()
+    elif not media.cancelled() and media.exception() is None:
+        media.result().release()
 
 
 def _bind(build: Callable[[int], Awaitable[EngineRequest]], choice: int) -> Callable[[], Awaitable[EngineRequest]]:

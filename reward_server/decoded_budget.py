@@ -8,6 +8,10 @@ before its frames are made and given back when its answer is done. An episode la
 whole budget can never fit: 413 naming the budget and the flag. One that does not fit now waits
 its turn, first come first served (a large episode is not starved by small ones), within its
 request's deadline (504 past it, which the client retries).
+
+A chat request's images and video (OpenAI's route) are taken from the same budget, as one
+share per request, sized from their headers in a decode worker before they are decoded
+(images.probe_chat_media) and held until the request's answer is done.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from reward_client.frames import FrameError, FrameSpec
 logger = logging.getLogger(__name__)
 
 MB = 1024 * 1024
+EPISODE_ADVICE = "send fewer frames (nframes) or smaller ones (max_pixels)"
 
 
 class DecodedTooLarge(ValueError):
@@ -88,13 +93,13 @@ class DecodedBudget:
         self.in_use += nbytes
         self.peak = max(self.peak, self.in_use)
 
-    async def take(self, nbytes: int, what: str = "this episode") -> Lease:
+    async def take(self, nbytes: int, what: str = "this episode", advice: str = EPISODE_ADVICE) -> Lease:
         """Wait until nbytes fit (first come, first served); cancelling the wait takes nothing."""
         if nbytes > self.max_bytes:
             need, have = math.ceil(nbytes / MB), self.max_bytes // MB
             raise DecodedTooLarge(
                 f"{what} decodes to {need} MB of frames, more than this server's whole decoded-memory "
-                f"budget of {have} MB (--max-decoded-mb); send fewer frames (nframes) or smaller ones (max_pixels)"
+                f"budget of {have} MB (--max-decoded-mb); {advice}"
             )
         if not self._waiters and self.in_use + nbytes <= self.max_bytes:
             self._grant(nbytes)

@@ -26,8 +26,8 @@ from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
 from reward_server.decode_pool import DecodePool
-from reward_server.decoded_budget import DecodedBudget, decoded_bytes
-from reward_server.images import MediaRef, decode_chat_media
+from reward_server.decoded_budget import DecodedBudget, Lease, decoded_bytes
+from reward_server.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
 from reward_server.media_paths import open_confined
 from reward_server.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
 
@@ -176,6 +176,22 @@ def prepare_raw(frames: np.ndarray, nframes: int, max_pixels: int, spec: FrameSp
     return np.ascontiguousarray(fit_frames(frames, max_pixels, spec, steps))
 
 
+CHAT_ADVICE = "send fewer images or smaller ones, or start the server with a larger --max-decoded-mb"
+
+
+@dataclass
+class ChatMedia:
+    """A chat request's model-ready images and videos, and their share of the decoded-memory
+    budget (None without a budget), held until release(): once the request's answer is done."""
+
+    arrays: list[np.ndarray]
+    lease: Lease | None
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
 class Preparer:
     """Turns parsed sources into model-ready frames, in the right place for each kind."""
 
@@ -214,22 +230,43 @@ class Preparer:
             probe,
         )
 
-    async def media(self, refs: Sequence[MediaRef]) -> list[np.ndarray]:
-        """A chat request's images and videos, model-ready, in order: one decode-worker task per
-        request, within the pool's time and memory budget (videos sampled as /score's defaults)."""
+    async def media(self, refs: Sequence[MediaRef]) -> ChatMedia:
+        """A chat request's images and videos, model-ready, in order (videos sampled as /score's
+        defaults), within the decoded-memory budget: probed (headers and a demux pass, nothing
+        decoded), their decoded size taken from the budget, then decoded, each step one
+        decode-worker task within the pool's time and memory budget. The exact size, not an upper
+        bound (images x --max-frame-pixels): a chat image is mostly far smaller than the cap (a
+        256x256 camera frame is 3% of it), so a bound would count such a request 33 times over
+        and hold 33x fewer of them at once; the probe costs one more decode-worker round trip.
+        The caller gives the share back once the request's answer is done (ChatMedia.release)."""
         if not refs:
-            return []
+            return ChatMedia([], None)
         task = "media" if any(ref.kind == "video" for ref in refs) else "image"
-        return await self.pool.run(
-            decode_chat_media,
-            list(refs),
-            self.roots,
-            self.limits,
-            self.spec,
-            DEFAULT_NFRAMES,
-            DEFAULT_MAX_PIXELS,
-            task=task,
-        )
+        refs = list(refs)
+        lease, probes = None, None
+        if self.budget is not None:
+            probes = await self.pool.run(probe_chat_media, refs, self.roots, self.limits, task=task)
+            nbytes = media_bytes(refs, probes, self.limits, self.spec, DEFAULT_NFRAMES, DEFAULT_MAX_PIXELS)
+            images = sum(ref.kind == "image" for ref in refs)
+            what = f"this request's {images} image(s)" + (" and video" if len(refs) > images else "")
+            lease = await self.budget.take(nbytes, what, CHAT_ADVICE)
+        try:
+            arrays = await self.pool.run(
+                decode_chat_media,
+                refs,
+                self.roots,
+                self.limits,
+                self.spec,
+                DEFAULT_NFRAMES,
+                DEFAULT_MAX_PIXELS,
+                probes,
+                task=task,
+            )
+        except BaseException:  # failed or cancelled: nothing is held
+            if lease is not None:
+                lease.release()
+            raise
+        return ChatMedia(arrays, lease)
 
     async def raw(self, frames: np.ndarray, nframes: int, max_pixels: int) -> np.ndarray:
         """Model-ready frames from decoded ones (a raw batch item's view of the body, or inline

@@ -18,17 +18,27 @@ arrays it can use as they are and no processor error can come from an odd size.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
 from reward_client.frames import FrameError, FrameSpec
+from reward_server.decoded_budget import decoded_bytes
 from reward_server.media_paths import file_url_path, open_confined, refuse_url, url_scheme
-from reward_server.video import DecodeLimits, VideoError, VideoTooLarge, decode_frames, fit_frames
+from reward_server.video import (
+    DecodeLimits,
+    Probe,
+    VideoError,
+    VideoTooLarge,
+    decode_frames,
+    fit_frames,
+    probe_video,
+)
 
 IMAGE_FORMATS = "JPEG, PNG, WebP"
 
@@ -120,8 +130,10 @@ def _with_param(exc: VideoError, param: str, message: str | None = None) -> Vide
     return err
 
 
-def decode_image(data: bytes | BinaryIO, limits: DecodeLimits, spec: FrameSpec, param: str = "") -> np.ndarray:
-    """RGB uint8 [H, W, 3] on the model's pixel grid, from JPEG / PNG / WebP bytes (or an open file)."""
+@contextlib.contextmanager
+def _open_image(data: bytes | BinaryIO, limits: DecodeLimits, param: str) -> Iterator[Any]:
+    """The image opened from its header (nothing decoded yet), its declared size checked against
+    --max-frame-pixels; errors while it is open are named for the image."""
     handle = io.BytesIO(data) if isinstance(data, bytes) else data
     fmt = _sniff_image(handle.read(16))
     handle.seek(0)
@@ -144,8 +156,7 @@ def decode_image(data: bytes | BinaryIO, limits: DecodeLimits, spec: FrameSpec, 
                         f"the image declares {width}x{height} pixels; the limit is {max_pixels} (--max-frame-pixels)",
                         param,
                     )
-                im.seek(0)  # an animated WebP / PNG: its first frame
-                rgb = np.asarray(im.convert("RGB"))
+                yield im
     except ImageError:
         raise
     except Image.DecompressionBombError:
@@ -154,10 +165,79 @@ def decode_image(data: bytes | BinaryIO, limits: DecodeLimits, spec: FrameSpec, 
         raise ImageTooLarge("decoding this image needs more memory than the decode budget allows", param) from None
     except (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError) as exc:
         raise ImageError(f"the {fmt} data is not a readable image ({type(exc).__name__})", param) from None
+
+
+def probe_image(data: bytes | BinaryIO, limits: DecodeLimits, param: str = "") -> Probe:
+    """An image's size from its header (one frame), within --max-frame-pixels; nothing decoded."""
+    with _open_image(data, limits, param) as im:
+        width, height = im.size
+    return Probe(frames=1, height=height, width=width)
+
+
+def decode_image(
+    data: bytes | BinaryIO, limits: DecodeLimits, spec: FrameSpec, param: str = "", probe: Probe | None = None
+) -> np.ndarray:
+    """RGB uint8 [H, W, 3] on the model's pixel grid, from JPEG / PNG / WebP bytes (or an open file).
+    With `probe` (probe_image's answer), an image of another size is refused: memory was admitted
+    for that size (a file can be replaced between the probe and the decode)."""
+    with _open_image(data, limits, param) as im:
+        width, height = im.size
+        if probe is not None and (height, width) != (probe.height, probe.width):
+            raise ImageError(
+                f"the image changed while it was read: {width}x{height}, probed as {probe.width}x{probe.height}",
+                param,
+            )
+        im.seek(0)  # an animated WebP / PNG: its first frame
+        rgb = np.asarray(im.convert("RGB"))
     try:
-        return fit_frames(rgb[None], max_pixels, spec)[0]
+        return fit_frames(rgb[None], limits.max_frame_pixels, spec)[0]
     except (VideoError, FrameError) as exc:
         raise ImageError(f"the image cannot be shown to the model: {exc}", param) from None
+
+
+def media_bytes(
+    refs: Sequence[MediaRef],
+    probes: Sequence[Probe],
+    limits: DecodeLimits,
+    spec: FrameSpec,
+    nframes: int,
+    video_max_pixels: int,
+) -> int:
+    """Bytes of a chat request's model-ready images and videos (after the resize decoding applies),
+    from their probes; an item whose size the spec refuses counts 0 (decoding it raises the error
+    the client sees)."""
+    total = 0
+    for ref, probe in zip(refs, probes, strict=True):
+        if ref.kind == "video":
+            total += decoded_bytes(probe.frames, probe.height, probe.width, nframes, video_max_pixels, spec)
+            continue
+        try:  # an image is resized onto the grid within --max-frame-pixels (decode_image)
+            height, width = spec.fit_size(probe.height, probe.width, limits.max_frame_pixels)
+        except FrameError:
+            continue
+        total += height * width * 3
+    return total
+
+
+def probe_chat_media(refs: Sequence[MediaRef], roots: Sequence[str], limits: DecodeLimits) -> list[Probe]:
+    """The size of every image and video of one chat request, from headers and a demux pass only
+    (nothing decoded), so its decoded size is taken from the decoded-memory budget before any
+    pixel is made (a decode worker runs this, as it runs the decode)."""
+    out = []
+    for ref in refs:
+        source = _read(ref, roots, limits)
+        try:
+            if ref.kind == "image":
+                out.append(probe_image(source, limits, ref.param))
+            else:
+                try:
+                    out.append(probe_video(source, limits))
+                except VideoError as exc:
+                    raise _with_param(exc, ref.param) from None
+        finally:
+            if not isinstance(source, bytes):
+                source.close()
+    return out
 
 
 def decode_chat_media(
@@ -167,18 +247,22 @@ def decode_chat_media(
     spec: FrameSpec,
     nframes: int,
     video_max_pixels: int,
+    probes: Sequence[Probe] | None = None,
 ) -> list[np.ndarray]:
     """Every image ([H, W, 3]) and video ([T, H, W, 3]) of one chat request, in order (a decode
-    worker runs this: one task per request, within the pool's time and memory budget)."""
+    worker runs this: one task per request, within the pool's time and memory budget). With
+    `probes` (probe_chat_media's answer), media of another size than probed are refused."""
     out = []
-    for ref in refs:
+    for i, ref in enumerate(refs):
+        probe = probes[i] if probes is not None else None
         source = _read(ref, roots, limits)
         try:
             if ref.kind == "image":
-                out.append(decode_image(source, limits, spec, ref.param))
+                out.append(decode_image(source, limits, spec, ref.param, probe))
             else:
                 try:
-                    out.append(fit_frames(decode_frames(source, nframes, spec, limits), video_max_pixels, spec))
+                    frames = decode_frames(source, nframes, spec, limits, probe)
+                    out.append(fit_frames(frames, video_max_pixels, spec))
                 except ImageError:
                     raise
                 except VideoError as exc:

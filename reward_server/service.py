@@ -41,6 +41,7 @@ from reward_server.body import BodyReader
 from reward_server.decode_pool import DecodePool, PoolBudget
 from reward_server.decoded_budget import DecodedBudget
 from reward_server.decoding import (
+    ChatMedia,
     InvalidBody,
     Preparer,
     Source,
@@ -315,8 +316,9 @@ class RewardService:
             return await asyncio.to_thread(fn, bytes(body))
         return await self.pool.run(fn, bytes(body), task="body")
 
-    async def decode_media(self, media: list[MediaRef]) -> list[np.ndarray]:
-        """A chat request's images and videos, model-ready (in a decode worker, within its budgets)."""
+    async def decode_media(self, media: list[MediaRef]) -> ChatMedia:
+        """A chat request's images and videos, model-ready (in a decode worker, within its budgets),
+        and their share of the decoded-memory budget, which the caller gives back."""
         return await self.preparer.media(media)
 
     async def chat(

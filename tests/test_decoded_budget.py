@@ -1,7 +1,8 @@
 """The decoded-memory budget (--max-decoded-mb, issue 30): every episode's decoded size is taken
 from one budget before its frames are made, whatever carried them (raw batch, inline frames, a
-video file); an episode that can never fit is a 413 naming the flag, one that must wait waits its
-turn, and the budget is visible in /stats and /metrics. Fast tier, fake engine."""
+video file, a chat request's images and video); an episode or chat request that can never fit is
+a 413 naming the flag, one that must wait waits its turn, and the budget is visible in /stats and
+/metrics. Fast tier, fake engine."""
 
 from __future__ import annotations
 
@@ -20,11 +21,26 @@ from reward_client.frames import QWEN2_5_VL
 from reward_client.protocol import MAX_MAX_PIXELS, ScoreOptions
 from reward_client.video_io import write_mp4
 from reward_server.decoded_budget import DecodedBudget, DecodedTooLarge, decoded_bytes
+from reward_server.images import ImageError, decode_image
 from reward_server.memory_release import Reclaimer
+from reward_server.video import DecodeLimits, Probe
 from reward_tools.decoded_memory import synthetic_video
 from reward_tools.launch import ServerProcess
 from tests.conftest import episode_frames, inline
-from tests.servers import InProcessServer, get, post, stats
+from tests.servers import (
+    CHAT,
+    InProcessServer,
+    chat_body,
+    data_url,
+    get,
+    image_part,
+    openai_error,
+    png_bytes,
+    post,
+    send_without_waiting,
+    stats,
+    wait_until,
+)
 
 TASK = "put the bowl on the plate"
 MB = 2**20
@@ -135,6 +151,93 @@ def test_a_video_file_is_admitted_at_its_decoded_size_before_it_is_decoded(tmp_p
         r = post(f"{s.url}/score", json={"task_text": TASK, "nframes": 8, "video_path": str(tmp_path / "ep.mp4")})
         assert r.status_code == 413 and "--max-decoded-mb" in r.json()["error"]["message"], r.text
         assert stats(s.url)["decoded_mb_peak"] == 0  # refused before anything was decoded
+
+
+def image_parts(count: int, size: int, seed: int = 0) -> list[dict]:
+    """`count` different PNG images of size x size, as data URLs."""
+    return [
+        image_part(data_url(png_bytes(episode_frames(1, size=size, seed=seed + i)[0]), "image/png"))
+        for i in range(count)
+    ]
+
+
+def seen_bytes(request) -> int:
+    """Bytes of the model-ready media an engine request carried (what the budget must have counted)."""
+    return sum(m.nbytes for m in request.images) + (request.video.nbytes if request.video is not None else 0)
+
+
+def test_a_chat_requests_images_and_video_are_taken_from_the_budget_until_its_answer_is_done(tmp_path):
+    """Images of three sizes (data: and file:// URLs) and an MP4 video_url: the budget counts what
+    the engine is given (after the resize), while the answer is made, and nothing after it."""
+    img = episode_frames(1, size=300, seed=3)[0]
+    (tmp_path / "frame.png").write_bytes(png_bytes(img))
+    video = {"type": "video_url", "video_url": {"url": data_url(mp4_bytes(episode_frames(40, size=96)), "video/mp4")}}
+    parts = [*image_parts(2, 500), image_part(f"file://{tmp_path / 'frame.png'}"), *image_parts(1, 64), video]
+    with InProcessServer(video_roots=[str(tmp_path)], max_decoded_mb=64, engine_option=["token_ms=50"]) as s:
+        r = post(f"{s.url}{CHAT}", json={**chat_body(*parts), "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        (seen,) = s.engine.seen
+        assert len(seen.images) == 4 and seen.video is not None
+        expected = seen_bytes(seen)
+        st = stats(s.url)
+        assert st["decoded_mb_peak"] == pytest.approx(expected / MB, abs=0.001), (st, expected)
+        assert st["decoded_mb_in_use"] == 0
+        # held while the engine works on it; given back when the client leaves
+        sock = send_without_waiting(s.url, CHAT, {**chat_body(*parts), "max_tokens": 200})
+        try:
+            assert wait_until(lambda: s.engine.stats.running == 1, timeout=10)
+            assert stats(s.url)["decoded_mb_in_use"] == pytest.approx(expected / MB, abs=0.001)
+        finally:
+            sock.close()
+        assert wait_until(lambda: stats(s.url)["decoded_mb_in_use"] == 0, timeout=5)
+
+
+def mp4_bytes(frames: np.ndarray) -> bytes:
+    from reward_client.video_io import encode_mp4
+
+    return encode_mp4(frames, fps=10)
+
+
+def test_a_chat_request_beyond_the_whole_budget_is_a_413_naming_the_flag_and_nothing_is_decoded():
+    """16 images of 512x512 (12 MB model-ready) under a 4 MB budget. The last image's header is
+    whole but its pixel data is not: decoding it would be a 400 invalid_image, so the 413 shows
+    the request was refused before anything was decoded."""
+    broken = png_bytes(episode_frames(1, size=512, seed=99)[0])
+    broken = broken[: len(broken) // 2]
+    parts = [*image_parts(15, 512), image_part(data_url(broken, "image/png"))]
+    with InProcessServer(max_decoded_mb=4, max_images_per_request=16) as s:
+        err = openai_error(post(f"{s.url}{CHAT}", json=chat_body(*parts)), 413, "decoded_too_large")
+        assert err["param"] == "messages", err
+        assert "--max-decoded-mb" in err["message"] and "4 MB" in err["message"] and "16 image" in err["message"]
+        assert stats(s.url)["decoded_mb_peak"] == 0 and s.engine.seen == []
+        # within the budget, the broken image is found when decoding (it was never reached above)
+        err = openai_error(post(f"{s.url}{CHAT}", json=chat_body(*parts[-2:])), 400, "invalid_image")
+        assert err["param"] == "messages[0].content[1].image_url.url", err
+
+
+def test_concurrent_chat_requests_over_the_budget_are_served_in_turn_within_it():
+    """Each request's images take 60% of the budget: four sent at once are all answered, one
+    holding its images at a time."""
+    parts = image_parts(6, 256)
+    size = 6 * 252 * 252 * 3  # six 256x256 images on the model's 28-pixel grid
+    budget_mb = size / 0.6 / MB
+    with InProcessServer(max_decoded_mb=budget_mb, engine_option=["delay_ms=200"]) as s:
+        with cf.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: post(f"{s.url}{CHAT}", json=chat_body(*parts), timeout=60), range(4)))
+        assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+        assert all(seen_bytes(seen) == size for seen in s.engine.seen)
+        st = stats(s.url)
+        assert st["decoded_mb_peak"] == pytest.approx(size / MB, abs=0.001)  # never two at once
+        assert st["decoded_mb_peak"] <= budget_mb and st["decoded_mb_in_use"] == 0
+
+
+def test_an_image_that_changed_after_its_probe_is_refused():
+    """A file:// image replaced between the probe (which sized its share) and the decode."""
+    png = png_bytes(episode_frames(1, size=64)[0])
+    with pytest.raises(ImageError, match="changed while it was read") as exc:
+        decode_image(png, DecodeLimits(), QWEN2_5_VL, "messages[0].content[0].image_url.url", Probe(1, 32, 64))
+    assert exc.value.param == "messages[0].content[0].image_url.url"
+    assert decode_image(png, DecodeLimits(), QWEN2_5_VL, "", Probe(1, 64, 64)).shape == (56, 56, 3)
 
 
 @pytest.mark.slow
