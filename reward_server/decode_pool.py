@@ -84,30 +84,45 @@ def _worker_main(conn: Connection, memory_mb: int) -> None:
 
 @dataclass(frozen=True)
 class _ArrayFollows:
-    """Stands in for a large array result, whose bytes follow in chunks the server receives
-    straight into the array. A pickled array, or its bytes as one message, would be held twice
-    for a moment (multiprocessing receives a whole message into a buffer of its own, even in
-    recv_bytes_into): gigabytes for a long 1080p episode, beyond what the decoded budget admits."""
+    """Stands in for a large array result (or a list of arrays: a chat request's images), whose
+    bytes follow in chunks the server receives straight into the arrays. A pickled array, or its
+    bytes as one message, would be held twice for a moment (multiprocessing receives a whole
+    message into a buffer of its own, even in recv_bytes_into): gigabytes for a long 1080p
+    episode, beyond what the decoded budget admits."""
 
-    shape: tuple[int, ...]
-    dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    many: bool  # a list of arrays, not one array
 
 
 DIRECT_ARRAY_BYTES = 1 << 20
 ARRAY_CHUNK_BYTES = 1 << 20  # the most a result holds twice while it is received
 
 
+def _direct_arrays(value: Any) -> list | None:
+    """The arrays of a result sent as raw bytes: a large array, or a list of arrays this large together."""
+    import numpy as np
+
+    arrays = value if isinstance(value, list) else [value]
+    if not arrays or not all(isinstance(a, np.ndarray) and not a.dtype.hasobject for a in arrays):
+        return None
+    return arrays if sum(a.nbytes for a in arrays) >= DIRECT_ARRAY_BYTES else None
+
+
 def _send_result(conn: Connection, value: Any) -> None:
     import numpy as np
 
-    if isinstance(value, np.ndarray) and value.nbytes >= DIRECT_ARRAY_BYTES and value.dtype.hasobject is False:
-        value = np.ascontiguousarray(value)
-        conn.send((True, _ArrayFollows(value.shape, value.dtype.str), False))
-        view = memoryview(value).cast("B")
+    arrays = _direct_arrays(value)
+    if arrays is None:
+        conn.send((True, value, False))
+        return
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    marker = _ArrayFollows(tuple(a.shape for a in arrays), tuple(a.dtype.str for a in arrays), isinstance(value, list))
+    conn.send((True, marker, False))
+    for array in arrays:
+        view = memoryview(array).cast("B")
         for start in range(0, len(view), ARRAY_CHUNK_BYTES):
             conn.send_bytes(view[start : start + ARRAY_CHUNK_BYTES])
-        return
-    conn.send((True, value, False))
 
 
 def _receive_result(conn: Connection) -> tuple[bool, Any, bool]:
@@ -115,11 +130,14 @@ def _receive_result(conn: Connection) -> tuple[bool, Any, bool]:
     if isinstance(value, _ArrayFollows):
         import numpy as np
 
-        array = np.empty(value.shape, dtype=np.dtype(value.dtype))
-        view, received = memoryview(array).cast("B"), 0
-        while received < len(view):
-            received += conn.recv_bytes_into(view, received)
-        value = array
+        arrays = []
+        for shape, dtype in zip(value.shapes, value.dtypes, strict=True):
+            array = np.empty(shape, dtype=np.dtype(dtype))
+            view, received = memoryview(array).cast("B"), 0
+            while received < len(view):
+                received += conn.recv_bytes_into(view, received)
+            arrays.append(array)
+        value = arrays if value.many else arrays[0]
     return ok, value, recycle
 
 

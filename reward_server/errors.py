@@ -162,9 +162,9 @@ ERROR_TYPES: list[ErrorType] = [
     ErrorType(
         "decoded_too_large",
         413,
-        "one episode's decoded frames (frames x height x width x 3 after the resize, known before decoding) "
-        "exceed the whole `--max-decoded-mb` budget (in a batch: that item's error); one that fits later waits "
-        "its turn within its deadline",
+        "one episode's decoded frames, or one chat request's images and video (frames x height x width x 3 "
+        "after the resize, known before decoding), exceed the whole `--max-decoded-mb` budget (in a batch: "
+        "that item's error; in chat: `param` `messages`); one that fits later waits its turn within its deadline",
         (DecodedTooLarge,),
     ),
     ErrorType(

@@ -86,8 +86,9 @@ class ServerSettings(BaseModel):
     max_decoded_mb: float | None = Field(
         None,
         gt=0,
-        description="decoded frames held at once, MB (frames x height x width x 3 after the resize); an episode "
-        "beyond it alone: 413, else it waits its turn (default: a quarter of RAM)",
+        description="decoded frames held at once, MB (frames x height x width x 3 after the resize), episodes' "
+        "and chat requests' images and video alike; one beyond it alone: 413, else it waits its turn "
+        "(default: a quarter of RAM)",
     )
     reclaim_memory: bool = Field(
         True,

@@ -1,10 +1,12 @@
 """Measure the server's memory around bursts of episodes that decode to gigabytes: a batch of
 --items items naming one 128-frame 1080p MP4 under the video root, with nframes 128 and the
-largest max_pixels (issue 30's case), sent --bursts times. Samples the server's main process
-(and its process tree) every 0.1 s; prints the baseline, each burst's peak, what is kept after
-each burst (settled), and /stats' decoded_mb_* keys.
+largest max_pixels (issue 30's case), sent --bursts times. Or, with --chat-requests N, N chat
+requests at once (/v1/chat/completions), each of --images JPEG data URLs of --width x --height.
+Samples the server's main process (and its process tree) every 0.1 s; prints the baseline, each
+burst's peak, what is kept after each burst (settled), and /stats' decoded_mb_* keys.
 
     python -m reward_tools.decoded_memory --launch "--engine fake --decode-workers 2" --out docs/bench/x.json
+    python -m reward_tools.decoded_memory --chat-requests 8 --images 16 --launch "..."
 
 The MP4 is made here, at run time (reward_client.video_io). The server is started on 127.0.0.1
 with --video-root set to a temporary directory; everything is bounded (--bursts, --timeout-s).
@@ -13,6 +15,7 @@ with --video-root set to a temporary directory; everything is bounded (--bursts,
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import json
 import logging
 import os
@@ -28,6 +31,7 @@ import psutil
 
 from reward_client.protocol import MAX_MAX_PIXELS
 from reward_client.video_io import write_mp4
+from reward_tools.bench_chat import jpeg_data_url
 from reward_tools.launch import ServerProcess
 from reward_tools.memory import tree_rss_bytes
 
@@ -83,6 +87,30 @@ class Sampler:
         return main, tree
 
 
+def chat_body(args: argparse.Namespace, seed: int) -> dict:
+    """One chat request of --images JPEG data URLs of --width x --height (different pixels each)."""
+    base = synthetic_video(args.images, args.height, args.width)
+    noise = np.random.default_rng(seed).integers(0, 24, size=(args.images, 1, args.width, 3), dtype=np.uint8)
+    content: list[dict] = [
+        {"type": "image_url", "image_url": {"url": jpeg_data_url(np.ascontiguousarray(img + noise[i]), 90)}}
+        for i, img in enumerate(base)
+    ]
+    content.append({"type": "text", "text": f"Did the robot {args.task_text}? Answer yes or no."})
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0.0}
+
+
+def send_chat(client: httpx.Client, url: str, body: dict, count: int) -> tuple[list[int], list[str]]:
+    """`count` copies of one chat request at once; each answer's status and error code (or 'answered')."""
+
+    def one(_: int) -> httpx.Response:
+        return client.post(f"{url}/v1/chat/completions", json=body)
+
+    with cf.ThreadPoolExecutor(count) as pool:
+        answers = list(pool.map(one, range(count)))
+    codes = [a.json()["error"]["code"] if a.status_code != 200 else "answered" for a in answers]
+    return [a.status_code for a in answers], codes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launch", default="--engine fake --decode-workers 2", help="server flags")
@@ -99,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stop-if-kept-gib", type=float, help="send no further burst once this much is kept (a shared machine)"
     )
+    parser.add_argument("--chat-requests", type=int, default=0, help="a burst is N chat requests at once instead")
+    parser.add_argument("--images", type=int, default=16, help="images per chat request (--width x --height)")
     parser.add_argument("--task-text", default="pick up the cup")
     parser.add_argument("--server-log", help="keep the server's log here")
     parser.add_argument("--label", default="this tree")
@@ -114,11 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(args.server_pythonpath)  # `python -m` puts the working directory first on the path
     with tempfile.TemporaryDirectory(prefix="decoded-memory-") as root:
         video = os.path.join(root, "episode.mp4")
-        t0 = time.perf_counter()
-        write_mp4(synthetic_video(args.frames, args.height, args.width), video)
-        logger.info("wrote %s (%.1f MB) in %.1f s", video, os.path.getsize(video) / 2**20, time.perf_counter() - t0)
+        if not args.chat_requests:
+            t0 = time.perf_counter()
+            write_mp4(synthetic_video(args.frames, args.height, args.width), video)
+            size_mb = os.path.getsize(video) / 2**20
+            logger.info("wrote %s (%.1f MB) in %.1f s", video, size_mb, time.perf_counter() - t0)
         item = {"task_text": args.task_text, "video_path": video, "nframes": args.frames}
         item["max_pixels"] = MAX_MAX_PIXELS
+        # two bodies with different pixels, sent in turn: no burst repeats the one before it
+        chat_bodies = [chat_body(args, seed) for seed in (1, 2)] if args.chat_requests else []
         flags = [*shlex.split(args.launch), "--video-root", root]
         bursts = []
         with ServerProcess(flags, env=env, log_path=args.server_log or os.path.join(root, "server.log")) as server:
@@ -130,18 +164,23 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(timeout=args.timeout_s) as client:
                 for burst in range(args.bursts):
                     started = time.monotonic()
-                    r = client.post(f"{server.url}/score/batch", json={"requests": [item] * args.items})
+                    if args.chat_requests:
+                        status, outcome = send_chat(client, server.url, chat_bodies[burst % 2], args.chat_requests)
+                    else:
+                        r = client.post(f"{server.url}/score/batch", json={"requests": [item] * args.items})
+                        results = r.json().get("results", []) if r.status_code == 200 else []
+                        status = r.status_code
+                        outcome = [res["error"]["type"] if res.get("error") else "scored" for res in results]
+                        outcome = outcome or r.text[:300]
                     elapsed = time.monotonic() - started
-                    results = r.json().get("results", []) if r.status_code == 200 else []
-                    outcome = [res["error"]["type"] if res.get("error") else "scored" for res in results]
                     time.sleep(args.settle_s)
                     peak_main, peak_tree = sampler.peak_since(started)
                     kept_main, kept_tree = sampler.now()
                     stats = client.get(f"{server.url}/stats").json()
                     bursts.append(
                         {
-                            "status": r.status_code,
-                            "items": outcome or r.text[:300],
+                            "status": status,
+                            "items": outcome,
                             "seconds": round(elapsed, 2),
                             "main_peak_gib": round(peak_main / GIB, 3),
                             "main_after_gib": round(kept_main / GIB, 3),
@@ -162,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         "server_env": {k: v for k, v in env.items() if k != "PYTHONPATH"},
         "video": f"{args.frames} frames {args.width}x{args.height} MP4, nframes {args.frames}, "
         f"max_pixels {MAX_MAX_PIXELS}, {args.items} items per batch",
+        "chat": f"{args.chat_requests} chat requests at once, {args.images} JPEG images of {args.width}x{args.height}"
+        if args.chat_requests
+        else None,
         "main_baseline_gib": round(base_main / GIB, 3),
         "tree_baseline_gib": round(base_tree / GIB, 3),
         "bursts": bursts,
