@@ -18,7 +18,7 @@ import pytest
 
 from reward_client.video_io import encode_mp4
 from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_payload
-from tests.conftest import episode_frames
+from tests.conftest import episode_frames, inline
 from tests.servers import get, post
 
 pytestmark = pytest.mark.engine
@@ -170,3 +170,36 @@ def test_transformers_engine_renders_the_same_prompt(hf_server, vllm_server):
             model=model_of(hf_server.url), messages=[{"role": "user", "content": "x"}], presence_penalty=0.5
         )
     assert err.value.body["param"] == "presence_penalty" and "--engine vllm" in err.value.body["message"]
+
+
+def test_top_k_chat_beside_logprob_scoring_keeps_both_answers(vllm_server):
+    """vLLM gathers log-probabilities by token id for a whole step once one request in it names
+    ids (the logprob score mode), so a top-k chat request in that step would get padding instead
+    of its alternatives. Sent at once, each still gets what it asked for: every chat token has 3
+    distinct alternatives, the chosen (greedy) one first, and every score equals the same
+    episode's score sent alone."""
+    model = model_of(vllm_server.url)
+    episodes = [
+        {
+            "task_text": "put the bowl on the plate",
+            "frames": inline(episode_frames(8, seed=s)),
+            "backend_kwargs": {"score_mode": "logprob"},
+        }
+        for s in range(4)
+    ]
+    alone = [post(f"{vllm_server.url}/score", json=e, timeout=300).json()["score"] for e in episodes]
+    body = seed_payload(model, [frame(2, t) for t in range(2)])
+    body.update(temperature=0, max_tokens=3, ignore_eos=True, logprobs=True, top_logprobs=3)
+    with cf.ThreadPoolExecutor(8) as pool:
+        chats = [pool.submit(chat, vllm_server.url, body) for _ in range(4)]
+        scores = [pool.submit(post, f"{vllm_server.url}/score", json=e, timeout=300) for e in episodes]
+        chats = [f.result() for f in chats]
+        scores = [f.result() for f in scores]
+    for r in chats:
+        assert r.status_code == 200, r.text
+        for token in r.json()["choices"][0]["logprobs"]["content"]:
+            top = token["top_logprobs"]
+            assert len({(t["token"], t["logprob"]) for t in top}) == 3 and all(t["logprob"] > -1e4 for t in top), top
+            assert [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True), top
+            assert top[0]["token"] == token["token"] and top[0]["logprob"] == pytest.approx(token["logprob"], abs=1e-4)
+    assert [r.json()["score"] for r in scores] == pytest.approx(alone, abs=1e-3)
