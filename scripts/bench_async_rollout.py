@@ -22,12 +22,17 @@ one). The policy is a fixed action (its inference would add the same time to eve
   that ends before the next truncation. Each epoch starts with a reset of the env, so its
   episodes end at the same steps in every epoch.
 
-Each mode (no judge, sync, async) has its own env object, warmed by one unmeasured epoch; for
-ManiSkill all three live in one process and take turns, --repeats epochs each; for LIBERO each
-mode has its own process (more than one LiberoEnv per process crashed MuJoCo's EGL rendering
-here), run one after another. Prints the
-median epoch wall time per mode and the ratios to no judge; writes them (and every epoch's time)
-as JSON. Bounded: every simulator process is killed after --timeout-s.
+The modes (no judge, sync, async) take turns, each warmed by one unmeasured epoch, then
+--repeats measured epochs each. ManiSkill: an env object per mode, all in one process. LIBERO:
+one LiberoEnv whose hook the modes swap (none: RLinf's own reward, as with enable=False); each
+LiberoEnv's simulator processes hold ~2.5 GB apiece, and three env objects in one process were
+ended by the kernel's OOM killer on this 24 GB machine (seen as a crash in MuJoCo's EGL
+rendering or a broken pipe). Each epoch is its reset (RLinf's bootstrap_step) plus its chunk
+steps; both are recorded, with the CPU seconds each part of the setup used during the epoch
+(the env's process, the hook's request threads, the simulator's processes, the reward server,
+the whole machine: what the judge's requests take from the simulator on a small machine).
+Prints the median epoch wall time per mode and the ratios to no judge; writes them (and every
+epoch's numbers) as JSON. Bounded: every simulator process is killed after --timeout-s.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def _overrides(mode: str, url: str) -> list[str]:
 
 
 def _epoch(env, worker, chunks: int, chunk: int, action, before_chunk) -> float:
-    """One rollout epoch as RLinf's env worker runs it; its wall time."""
+    """One rollout epoch's chunk steps as RLinf's env worker runs them; their wall time."""
     from types import SimpleNamespace
 
     from rlinf.data.embodied_io_struct import ChunkStepResult, EmbodiedRolloutResult
@@ -100,21 +105,25 @@ def drive_libero(args) -> dict:
     import numpy as np
     from rlinf.envs.libero.libero_env import LiberoEnv
 
+    from reward_client.rlinf_hook import VLMRewardHook
     from tests.libero_driver import compose_env_config, goal_state
 
     chunk, chunks = 4, args.libero_steps // 4
     goals = {2: 0, 5: 1}  # chunk -> the env that reaches its goal then
-    modes = [args.mode] if args.mode else list(MODES)
-    envs, workers, states = {}, {}, {}
-    for mode in modes:
-        overrides = ["env.train.group_size=1", f"env.train.max_episode_steps={args.libero_steps}"]
-        overrides += ["+env.train.task_id_filter=[0]", *_overrides(mode, args.url)]
-        cfg = compose_env_config(args.config_dir, "runB_qwen", overrides)
-        env = envs[mode] = LiberoEnv(cfg, num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
-        workers[mode] = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
+    # One LiberoEnv whose hook the modes swap (no hook: RLinf's own reward, as with enable=False).
+    # A LiberoEnv per mode does not fit: each of its simulator processes holds ~2.5 GB, and three
+    # env objects of 2 envs (6 of them, plus the driver) made the kernel's OOM killer end one,
+    # which surfaced as a broken pipe or a crash inside MuJoCo's EGL rendering.
+    base = ["env.train.group_size=1", f"env.train.max_episode_steps={args.libero_steps}"]
+    base.append("+env.train.task_id_filter=[0]")
+    cfgs = {m: compose_env_config(args.config_dir, "runB_qwen", base + _overrides(m, args.url)) for m in MODES}
+    env = LiberoEnv(cfgs["sync"], num_envs=2, seed_offset=0, total_num_processes=1, worker_info=None)
+    hooks = {"off": None, "sync": env.vlm_reward, "async": VLMRewardHook.from_rlinf_config(cfgs["async"], 2)}
+    worker = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
+    states: dict[int, np.ndarray] = {}
 
-    def run(mode: str) -> float:
-        env = envs[mode]
+    def run(mode: str) -> tuple[float, float]:
+        env.vlm_reward = hooks[mode]
         env.is_start = True  # RLinf's bootstrap_step: a reset of every env
         reset_started = time.perf_counter()
         env.reset()
@@ -123,7 +132,7 @@ def drive_libero(args) -> dict:
         def before_chunk(k: int) -> None:
             if k in goals:
                 e = goals[k]
-                if e not in states:  # in the unmeasured warm-up epoch, where the test driver makes it too
+                if e not in states:  # in the first (unmeasured) warm-up epoch, as the test driver makes them
                     states[e] = goal_state(env, e)
                 env.env.set_init_state(init_state=[states[e]], id=[e])
 
@@ -134,12 +143,11 @@ def drive_libero(args) -> dict:
                     a[e, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)
             return a
 
-        return _epoch(env, workers[mode], chunks, chunk, action, before_chunk) + reset_s
+        return reset_s, _epoch(env, worker, chunks, chunk, action, before_chunk)
 
-    result = _take_turns(run, args.repeats, modes)
-    result["hooks"] = {m: _hook_facts(envs[m]) for m in modes}
-    for env in envs.values():
-        env.env.close()
+    result = _take_turns(run, args.repeats, list(MODES), args.server_pid)
+    result["hooks"] = {m: _hook_facts(h) for m, h in hooks.items()}
+    env.env.close()
     return result
 
 
@@ -169,22 +177,21 @@ def drive_maniskill(args) -> dict:
         workers[mode] = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
     width = envs["off"].env.action_space.shape[-1]
 
-    def run(mode: str) -> float:
+    def run(mode: str) -> tuple[float, float]:
         # every epoch starts its episodes afresh, so they end at the same steps of every epoch
         # (RLinf's auto reset lets them run on across epochs, wherever they then end)
         started = time.perf_counter()
         envs[mode].reset()
         reset_s = time.perf_counter() - started
         action = torch.zeros((1, 1, width))
-        return _epoch(envs[mode], workers[mode], chunks, 1, lambda k: action, lambda k: None) + reset_s
+        return reset_s, _epoch(envs[mode], workers[mode], chunks, 1, lambda k: action, lambda k: None)
 
-    result = _take_turns(run, args.repeats, list(MODES))
-    result["hooks"] = {m: _hook_facts(envs[m]) for m in MODES}
+    result = _take_turns(run, args.repeats, list(MODES), args.server_pid)
+    result["hooks"] = {m: _hook_facts(getattr(envs[m], "vlm_reward", None)) for m in MODES}
     return result
 
 
-def _hook_facts(env) -> dict | None:
-    hook = getattr(env, "vlm_reward", None)
+def _hook_facts(hook) -> dict | None:
     if hook is None:
         return None
     hook = getattr(hook, "hook", hook)  # ManiSkill's adapter holds the hook
@@ -192,16 +199,70 @@ def _hook_facts(env) -> dict | None:
     return {"counts": dict(hook.counts), "placed": hook.placed, "last_latency_ms": latency}
 
 
-def _take_turns(run, repeats: int, modes: list[str]) -> dict:
-    for mode in modes:  # warm-up: one unmeasured epoch each
+def _cpu_s(server_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far (user + system) of: this process's env thread and the rest of its threads
+    but the hook's request threads; those request threads; its child processes (LIBERO's
+    simulator processes); the reward server's process tree; and the whole machine (busy time of
+    every core), whose remainder is what other jobs took."""
+    import threading
+
+    import psutil
+
+    me = psutil.Process()
+    request_ids = {t.native_id for t in threading.enumerate() if t.name.startswith("vlm-judge")}
+    request = sum(t.user_time + t.system_time for t in me.threads() if t.id in request_ids)
+    own = me.cpu_times()
+    children = own.children_user + own.children_system  # reaped ones
+    for child in me.children(recursive=True):
+        try:
+            children += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    server = 0.0
+    if server_pid:
+        try:
+            root = psutil.Process(server_pid)
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    server += sum(p.cpu_times()[:2])
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+    machine = psutil.cpu_times()
+    busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq + machine.steal
+    return {
+        "env_process": own.user + own.system - request,
+        "request_threads": request,
+        "sim_processes": children,
+        "server": server,
+        "machine": busy,
+    }
+
+
+def _take_turns(run, repeats: int, modes: list[str], server_pid: int | None) -> dict:
+    """run(mode) -> (reset_s, steps_s) of one epoch. Every mode warmed by one unmeasured epoch,
+    then `repeats` measured epochs each, the modes taking turns."""
+    for mode in modes:
         run(mode)
     times: dict[str, list[float]] = {m: [] for m in modes}
+    resets: dict[str, list[float]] = {m: [] for m in modes}
+    steps: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for r in range(repeats):
         order = modes if r % 2 == 0 else modes[::-1]  # drift on a shared machine falls on every mode
         for mode in order:
-            times[mode].append(run(mode))
-            logger.info("%s epoch %d: %.2f s", mode, r, times[mode][-1])
-    return {"epoch_s": times}
+            before = _cpu_s(server_pid)
+            reset_s, steps_s = run(mode)
+            after = _cpu_s(server_pid)
+            used = {k: round(after[k] - before[k], 3) for k in before}
+            used["other_jobs"] = round(used["machine"] - sum(v for k, v in used.items() if k != "machine"), 3)
+            times[mode].append(reset_s + steps_s)
+            resets[mode].append(reset_s)
+            steps[mode].append(steps_s)
+            cpu[mode].append(used)
+            logger.info("%s epoch %d: %.2f s (reset %.2f s) cpu %s", mode, r, times[mode][-1], reset_s, used)
+    return {"epoch_s": times, "reset_s": resets, "steps_s": steps, "cpu_s": cpu}
 
 
 # --- the orchestrator, in the reward server's environment ----------------------------------------
@@ -228,8 +289,10 @@ def _rlinf_tree(venv: Path, work: Path) -> Path:
 
 
 def _sim_env(venv: Path, simulator: str) -> dict[str, str]:
+    # as the tests' driver env: robosuite picks its EGL device by these (set for a GPU, or empty,
+    # they name a device this machine's EGL may not have)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MUJOCO_EGL_DEVICE_ID")},
         "LIBERO_CONFIG_PATH": str(venv / "libero_config"),
         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
         "MUJOCO_GL": "egl",
@@ -260,7 +323,7 @@ def main() -> None:
     parser.add_argument("--rlinf-dir", help=argparse.SUPPRESS)
     parser.add_argument("--config-dir", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -297,20 +360,20 @@ def main() -> None:
                 cmd += ["--rlinf-dir", str(tree), "--config-dir", str(tree / "examples" / "embodiment" / "config")]
                 cmd += ["--result", str(out), "--repeats", str(args.repeats)]
                 cmd += ["--libero-steps", str(args.libero_steps), "--maniskill-steps", str(args.maniskill_steps)]
-                cmd += ["--maniskill-episode", str(args.maniskill_episode)]
+                cmd += ["--maniskill-episode", str(args.maniskill_episode), "--server-pid", str(server.proc.pid)]
                 started = time.perf_counter()
-                # LIBERO: a process per mode (more than one LiberoEnv in a process crashed MuJoCo's EGL
-                # rendering here); the modes then run one after another, each warmed up
-                result: dict = {"epoch_s": {}, "hooks": {}}
-                for mode in [None] if simulator == "maniskill" else MODES:
-                    extra = [] if mode is None else ["--mode", mode]
-                    subprocess.run(cmd + extra, env=_sim_env(venv, simulator), check=True, timeout=args.timeout_s)
-                    part = json.loads(out.read_text())
-                    result["epoch_s"].update(part["epoch_s"])
-                    result["hooks"].update(part["hooks"])
+                subprocess.run(cmd, env=_sim_env(venv, simulator), check=True, timeout=args.timeout_s)
+                result = json.loads(out.read_text())
                 medians = {m: statistics.median(result["epoch_s"][m]) for m in MODES}
+                steps = {m: statistics.median(result["steps_s"][m]) for m in MODES}
                 result["median_s"] = medians
                 result["ratio_to_off"] = {m: medians[m] / medians["off"] for m in MODES}
+                result["median_steps_s"] = steps  # the epoch without its reset
+                result["steps_ratio_to_off"] = {m: steps[m] / steps["off"] for m in MODES}
+                result["median_cpu_s"] = {
+                    m: {k: statistics.median(c[k] for c in result["cpu_s"][m]) for k in result["cpu_s"][m][0]}
+                    for m in MODES
+                }
                 result["process_s"] = time.perf_counter() - started
                 result["shape"] = (
                     {"envs": 2, "chunk": 4, "epoch_steps": args.libero_steps, "ends_at_chunks": [2, 5]}
@@ -328,10 +391,14 @@ def main() -> None:
     for simulator, r in report["envs"].items():
         if simulator not in simulators:
             continue
-        m, x = r["median_s"], r["ratio_to_off"]
-        print(
-            f"{simulator:10} {m['off']:9.2f}s {m['sync']:9.2f}s {m['async']:9.2f}s {x['sync']:10.3f} {x['async']:11.3f}"
-        )
+        for label, m, x in (
+            (simulator, r["median_s"], r["ratio_to_off"]),
+            ("  (steps)", r["median_steps_s"], r["steps_ratio_to_off"]),
+        ):
+            row = f"{m['off']:9.2f}s {m['sync']:9.2f}s {m['async']:9.2f}s {x['sync']:10.3f} {x['async']:11.3f}"
+            print(f"{label:10} {row}")
+        for mode, cpu in r["median_cpu_s"].items():
+            print(f"  cpu s per epoch, {mode:5}: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     print(f"(median of {args.repeats} epochs each; judge: {args.delay_ms} ms per batch) -> {out}")
 
 
