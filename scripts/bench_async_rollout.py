@@ -69,8 +69,9 @@ def _overrides(mode: str, url: str) -> list[str]:
     ]
 
 
-def _epoch(env, worker, chunks: int, chunk: int, action, before_chunk) -> float:
-    """One rollout epoch's chunk steps as RLinf's env worker runs them; their wall time."""
+def _epoch(env, worker, chunks: int, chunk: int, action, before_chunk) -> tuple[float, float]:
+    """One rollout epoch's chunk steps as RLinf's env worker runs them: their wall time, and the
+    part of it spent in the last chunk step's placement (where async mode waits for answers)."""
     from types import SimpleNamespace
 
     from rlinf.data.embodied_io_struct import ChunkStepResult, EmbodiedRolloutResult
@@ -93,10 +94,12 @@ def _epoch(env, worker, chunks: int, chunk: int, action, before_chunk) -> float:
             env_info = {key: v[dones[:, -1]].cpu() for key, v in infos["final_info"]["episode"].items()}
         else:
             env_info = {}
+        placing = time.perf_counter()
         EnvWorker.place_vlm_rewards(worker, 0, SimpleNamespace(rewards=rewards, dones=dones), k, env_info)
+        last_place_s = time.perf_counter() - placing
         previous = rewards
     rollout.append_step_result(ChunkStepResult(rewards=previous.clone()))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, last_place_s
 
 
 def drive_libero(args) -> dict:
@@ -122,7 +125,7 @@ def drive_libero(args) -> dict:
     worker = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
     states: dict[int, np.ndarray] = {}
 
-    def run(mode: str) -> tuple[float, float]:
+    def run(mode: str) -> tuple[float, float, float]:
         env.vlm_reward = hooks[mode]
         env.is_start = True  # RLinf's bootstrap_step: a reset of every env
         reset_started = time.perf_counter()
@@ -143,7 +146,7 @@ def drive_libero(args) -> dict:
                     a[e, :, 0] = 0.3 * np.sin(np.arange(chunk) + k)
             return a
 
-        return reset_s, _epoch(env, worker, chunks, chunk, action, before_chunk)
+        return reset_s, *_epoch(env, worker, chunks, chunk, action, before_chunk)
 
     result = _take_turns(run, args.repeats, list(MODES), args.server_pid)
     result["hooks"] = {m: _hook_facts(h) for m, h in hooks.items()}
@@ -177,14 +180,14 @@ def drive_maniskill(args) -> dict:
         workers[mode] = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
     width = envs["off"].env.action_space.shape[-1]
 
-    def run(mode: str) -> tuple[float, float]:
+    def run(mode: str) -> tuple[float, float, float]:
         # every epoch starts its episodes afresh, so they end at the same steps of every epoch
         # (RLinf's auto reset lets them run on across epochs, wherever they then end)
         started = time.perf_counter()
         envs[mode].reset()
         reset_s = time.perf_counter() - started
         action = torch.zeros((1, 1, width))
-        return reset_s, _epoch(envs[mode], workers[mode], chunks, 1, lambda k: action, lambda k: None)
+        return reset_s, *_epoch(envs[mode], workers[mode], chunks, 1, lambda k: action, lambda k: None)
 
     result = _take_turns(run, args.repeats, list(MODES), args.server_pid)
     result["hooks"] = {m: _hook_facts(getattr(envs[m], "vlm_reward", None)) for m in MODES}
@@ -241,28 +244,38 @@ def _cpu_s(server_pid: int | None) -> dict[str, float]:
 
 
 def _take_turns(run, repeats: int, modes: list[str], server_pid: int | None) -> dict:
-    """run(mode) -> (reset_s, steps_s) of one epoch. Every mode warmed by one unmeasured epoch,
+    """run(mode) -> (reset_s, steps_s, final_wait_s) of one epoch. Every mode warmed by one unmeasured epoch,
     then `repeats` measured epochs each, the modes taking turns."""
     for mode in modes:
         run(mode)
     times: dict[str, list[float]] = {m: [] for m in modes}
     resets: dict[str, list[float]] = {m: [] for m in modes}
     steps: dict[str, list[float]] = {m: [] for m in modes}
+    waits: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for r in range(repeats):
         order = modes if r % 2 == 0 else modes[::-1]  # drift on a shared machine falls on every mode
         for mode in order:
             before = _cpu_s(server_pid)
-            reset_s, steps_s = run(mode)
+            reset_s, steps_s, wait_s = run(mode)
             after = _cpu_s(server_pid)
             used = {k: round(after[k] - before[k], 3) for k in before}
             used["other_jobs"] = round(used["machine"] - sum(v for k, v in used.items() if k != "machine"), 3)
             times[mode].append(reset_s + steps_s)
             resets[mode].append(reset_s)
             steps[mode].append(steps_s)
+            waits[mode].append(wait_s)
             cpu[mode].append(used)
-            logger.info("%s epoch %d: %.2f s (reset %.2f s) cpu %s", mode, r, times[mode][-1], reset_s, used)
-    return {"epoch_s": times, "reset_s": resets, "steps_s": steps, "cpu_s": cpu}
+            logger.info(
+                "%s epoch %d: %.2f s (reset %.2f s, final wait %.2f s) cpu %s",
+                mode,
+                r,
+                times[mode][-1],
+                reset_s,
+                wait_s,
+                used,
+            )
+    return {"epoch_s": times, "reset_s": resets, "steps_s": steps, "final_wait_s": waits, "cpu_s": cpu}
 
 
 # --- the orchestrator, in the reward server's environment ----------------------------------------
@@ -370,6 +383,7 @@ def main() -> None:
                 result["ratio_to_off"] = {m: medians[m] / medians["off"] for m in MODES}
                 result["median_steps_s"] = steps  # the epoch without its reset
                 result["steps_ratio_to_off"] = {m: steps[m] / steps["off"] for m in MODES}
+                result["median_final_wait_s"] = {m: statistics.median(result["final_wait_s"][m]) for m in MODES}
                 result["median_cpu_s"] = {
                     m: {k: statistics.median(c[k] for c in result["cpu_s"][m]) for k in result["cpu_s"][m][0]}
                     for m in MODES
@@ -398,7 +412,8 @@ def main() -> None:
             row = f"{m['off']:9.2f}s {m['sync']:9.2f}s {m['async']:9.2f}s {x['sync']:10.3f} {x['async']:11.3f}"
             print(f"{label:10} {row}")
         for mode, cpu in r["median_cpu_s"].items():
-            print(f"  cpu s per epoch, {mode:5}: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+            wait = r["median_final_wait_s"][mode]
+            print(f"  {mode:5} final wait {wait:.2f} s; cpu s: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     print(f"(median of {args.repeats} epochs each; judge: {args.delay_ms} ms per batch) -> {out}")
 
 
