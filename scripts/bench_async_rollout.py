@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What judging costs a rollout epoch, synchronous and asynchronous, beside no judge at all.
 
-    python scripts/bench_async_rollout.py [--envs libero,maniskill] [--delay-ms 3000] [--repeats 3] \\
-        [--out docs/bench/cpu_async_rollout.json]
+    python scripts/bench_async_rollout.py [--envs libero,maniskill] [--delay-ms 3000] [--repeats 5] \\
+        [--out docs/bench/cpu_async_rollout_2026-11-25.json]
 
 (--envs libero, then --envs maniskill: two shorter calls that fill the same --out file.)
 
@@ -324,12 +324,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default="libero,maniskill")
     parser.add_argument("--delay-ms", type=int, default=3000, help="the fake judge's time per batch request")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--libero-steps", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--libero-steps", type=int, default=64)
     parser.add_argument("--maniskill-steps", type=int, default=235)
     parser.add_argument("--maniskill-episode", type=int, default=80)
     parser.add_argument("--timeout-s", type=int, default=540, help="per simulator process")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "cpu_async_rollout.json"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "cpu_async_rollout_2026-11-25.json"))
     # inside the simulator environment (the orchestrator starts these)
     parser.add_argument("--drive", choices=["libero", "maniskill"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
