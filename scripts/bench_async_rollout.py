@@ -164,6 +164,7 @@ def drive_maniskill(args) -> dict:
     os.environ.setdefault("EMBODIED_PATH", os.path.dirname(args.config_dir))
     chunks = args.maniskill_steps
     envs, workers = {}, {}
+    cfgs = {}
     for mode in MODES:
         overrides = [
             "env.train.init_params.sim_backend=cpu",
@@ -175,14 +176,30 @@ def drive_maniskill(args) -> dict:
             *_overrides(mode, args.url),
         ]
         with initialize_config_dir(config_dir=args.config_dir, version_base="1.1"):
-            cfg = compose(config_name="maniskill_ppo_mlp_runB_qwen", overrides=overrides).env.train
+            cfg = cfgs[mode] = compose(config_name="maniskill_ppo_mlp_runB_qwen", overrides=overrides).env.train
+        if args.maniskill_one_env and envs:
+            continue
         env = envs[mode] = ManiskillEnv(cfg, num_envs=1, seed_offset=0, total_num_processes=1, worker_info=None)
         workers[mode] = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
+    adapters = {}
+    if args.maniskill_one_env:  # one env object whose adapter the modes swap, as for LIBERO
+        from reward_client.env_adapters import ManiSkillAdapter
+
+        env = envs["off"]
+        adapters = {
+            "off": None,
+            "sync": ManiSkillAdapter(env, cfgs["sync"]),
+            "async": ManiSkillAdapter(env, cfgs["async"]),
+        }
+        for mode in MODES:
+            envs[mode], workers[mode] = env, workers["off"]
     width = envs["off"].env.action_space.shape[-1]
 
     def run(mode: str) -> tuple[float, float, float]:
         # every epoch starts its episodes afresh, so they end at the same steps of every epoch
         # (RLinf's auto reset lets them run on across epochs, wherever they then end)
+        if adapters:
+            envs[mode].vlm_reward = adapters[mode]
         started = time.perf_counter()
         envs[mode].reset()
         reset_s = time.perf_counter() - started
@@ -190,7 +207,8 @@ def drive_maniskill(args) -> dict:
         return reset_s, *_epoch(envs[mode], workers[mode], chunks, 1, lambda k: action, lambda k: None)
 
     result = _take_turns(run, args.repeats, list(MODES), args.server_pid)
-    result["hooks"] = {m: _hook_facts(getattr(envs[m], "vlm_reward", None)) for m in MODES}
+    held = adapters or {m: getattr(envs[m], "vlm_reward", None) for m in MODES}
+    result["hooks"] = {m: _hook_facts(h) for m, h in held.items()}
     return result
 
 
@@ -328,6 +346,9 @@ def main() -> None:
     parser.add_argument("--libero-steps", type=int, default=64)
     parser.add_argument("--maniskill-steps", type=int, default=235)
     parser.add_argument("--maniskill-episode", type=int, default=80)
+    parser.add_argument(
+        "--maniskill-one-env", action="store_true", help="one ManiSkill env object whose hook the modes swap"
+    )
     parser.add_argument("--timeout-s", type=int, default=540, help="per simulator process")
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "cpu_async_rollout_2026-11-25.json"))
     # inside the simulator environment (the orchestrator starts these)
@@ -374,6 +395,7 @@ def main() -> None:
                 cmd += ["--result", str(out), "--repeats", str(args.repeats)]
                 cmd += ["--libero-steps", str(args.libero_steps), "--maniskill-steps", str(args.maniskill_steps)]
                 cmd += ["--maniskill-episode", str(args.maniskill_episode), "--server-pid", str(server.proc.pid)]
+                cmd += ["--maniskill-one-env"] if args.maniskill_one_env else []
                 started = time.perf_counter()
                 subprocess.run(cmd, env=_sim_env(venv, simulator), check=True, timeout=args.timeout_s)
                 result = json.loads(out.read_text())
@@ -392,7 +414,13 @@ def main() -> None:
                 result["shape"] = (
                     {"envs": 2, "chunk": 4, "epoch_steps": args.libero_steps, "ends_at_chunks": [2, 5]}
                     if simulator == "libero"
-                    else {"envs": 1, "chunk": 1, "epoch_steps": args.maniskill_steps, "episode": args.maniskill_episode}
+                    else {
+                        "envs": 1,
+                        "chunk": 1,
+                        "epoch_steps": args.maniskill_steps,
+                        "episode": args.maniskill_episode,
+                        "env_objects": 1 if args.maniskill_one_env else 3,
+                    }
                 )
                 report["envs"][simulator] = result
     out = Path(args.out)
