@@ -23,7 +23,8 @@ one). The policy is a fixed action (its inference would add the same time to eve
   episodes end at the same steps in every epoch.
 
 The modes (no judge, sync, async) take turns, each warmed by one unmeasured epoch, then
---repeats measured epochs each. ManiSkill: an env object per mode, all in one process. LIBERO:
+--repeats measured epochs each. ManiSkill: an env object per mode, all in one process
+(--maniskill-one-env: one, whose hook the modes swap). LIBERO:
 one LiberoEnv whose hook the modes swap (none: RLinf's own reward, as with enable=False); each
 LiberoEnv's simulator processes hold ~2.5 GB apiece, and three env objects in one process were
 ended by the kernel's OOM killer on this 24 GB machine (seen as a crash in MuJoCo's EGL
