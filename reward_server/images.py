@@ -131,6 +131,24 @@ def _with_param(exc: VideoError, param: str, message: str | None = None) -> Vide
 
 
 @contextlib.contextmanager
+def _source(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> Iterator[bytes | BinaryIO]:
+    """`_read`'s source, closed afterwards; a video's errors name the request field it came from
+    (an image's errors already do)."""
+    source = _read(ref, roots, limits)
+    try:
+        yield source
+    except ImageError:
+        raise
+    except VideoError as exc:
+        if ref.kind == "image":
+            raise
+        raise _with_param(exc, ref.param) from None
+    finally:
+        if not isinstance(source, bytes):
+            source.close()
+
+
+@contextlib.contextmanager
 def _open_image(data: bytes | BinaryIO, limits: DecodeLimits, param: str) -> Iterator[Any]:
     """The image opened from its header (nothing decoded yet), its declared size checked against
     --max-frame-pixels; errors while it is open are named for the image."""
@@ -225,18 +243,11 @@ def probe_chat_media(refs: Sequence[MediaRef], roots: Sequence[str], limits: Dec
     pixel is made (a decode worker runs this, as it runs the decode)."""
     out = []
     for ref in refs:
-        source = _read(ref, roots, limits)
-        try:
+        with _source(ref, roots, limits) as source:
             if ref.kind == "image":
                 out.append(probe_image(source, limits, ref.param))
             else:
-                try:
-                    out.append(probe_video(source, limits))
-                except VideoError as exc:
-                    raise _with_param(exc, ref.param) from None
-        finally:
-            if not isinstance(source, bytes):
-                source.close()
+                out.append(probe_video(source, limits))
     return out
 
 
@@ -255,19 +266,10 @@ def decode_chat_media(
     out = []
     for i, ref in enumerate(refs):
         probe = probes[i] if probes is not None else None
-        source = _read(ref, roots, limits)
-        try:
+        with _source(ref, roots, limits) as source:
             if ref.kind == "image":
                 out.append(decode_image(source, limits, spec, ref.param, probe))
             else:
-                try:
-                    frames = decode_frames(source, nframes, spec, limits, probe)
-                    out.append(fit_frames(frames, video_max_pixels, spec))
-                except ImageError:
-                    raise
-                except VideoError as exc:
-                    raise _with_param(exc, ref.param) from None
-        finally:
-            if not isinstance(source, bytes):
-                source.close()
+                frames = decode_frames(source, nframes, spec, limits, probe)
+                out.append(fit_frames(frames, video_max_pixels, spec))
     return out
