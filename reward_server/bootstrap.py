@@ -84,13 +84,13 @@ def build_engine(settings: ServerSettings) -> Engine:
 
 def build_service(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
     """The scoring service these settings describe (engine not yet started)."""
-    from reward_server.service import RewardService
+    from reward_server.core.service import RewardService
 
     settings = resolve(settings)
     return RewardService(settings, build_engine(settings), build_profile(settings), on_failure=on_failure)
 
 
 def build_app_from_settings(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
-    from reward_server.app import build_app
+    from reward_server.http.app import build_app
 
     return build_app(build_service(settings, on_failure))

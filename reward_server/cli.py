@@ -109,9 +109,9 @@ def serve(settings: ServerSettings) -> int:
     """Run the server until it is stopped; returns the process exit code."""
     import uvicorn
 
-    from reward_server.app import build_app
     from reward_server.bootstrap import build_service
-    from reward_server.lifecycle import DrainingServer, server_config
+    from reward_server.http.app import build_app
+    from reward_server.http.connections import DrainingServer, server_config
 
     exit_code = 0
     server: uvicorn.Server | None = None

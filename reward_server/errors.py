@@ -14,16 +14,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
 from reward_client.progress import ProgressPointsError
 from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
-from reward_server.admission import Overloaded, TooMuchForServer
-from reward_server.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
-from reward_server.decode_pool import WorkerDied
-from reward_server.decoded_budget import DecodedTooLarge
-from reward_server.decoding import InvalidBody, validation_message
+from reward_server.core.admission import Overloaded, TooMuchForServer
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
-from reward_server.images import ImageError, ImageTooLarge
-from reward_server.media_paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
+from reward_server.http.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
+from reward_server.media.decode_pool import WorkerDied
+from reward_server.media.decoded_budget import DecodedTooLarge
+from reward_server.media.decoding import InvalidBody, validation_message
+from reward_server.media.images import ImageError, ImageTooLarge
+from reward_server.media.paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
+from reward_server.media.video import VideoError, VideoTooLarge
 from reward_server.profiles import UnknownBackend, UnsupportedOption
-from reward_server.video import VideoError, VideoTooLarge
 
 logger = logging.getLogger(__name__)
 

@@ -72,8 +72,8 @@ def _replica_class():
         def __init__(self, settings_json: str):
             import ray
 
-            from reward_server.app import build_app
             from reward_server.bootstrap import build_service
+            from reward_server.http.app import build_app
 
             settings = ServerSettings.model_validate_json(settings_json)
             logging.basicConfig(level=settings.log_level.upper())

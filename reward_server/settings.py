@@ -179,7 +179,7 @@ class ServerSettings(BaseModel):
     def effective_max_decoded_mb(self) -> float:
         if self.max_decoded_mb is not None:
             return self.max_decoded_mb
-        from reward_server.decoded_budget import default_budget_mb
+        from reward_server.media.decoded_budget import default_budget_mb
 
         return default_budget_mb()
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from reward_server.bootstrap import engine_config
 from reward_server.engines.base import EngineConfig
+from reward_server.media.video import fit_frames, pick_frames
 from reward_server.profiles import load_profile
 from reward_server.settings import ServerSettings
-from reward_server.video import fit_frames, pick_frames
 from reward_tools.bench import TASKS, Episodes, style_kwargs
 
 logger = logging.getLogger("reward_tools.bench_raw")

@@ -20,7 +20,7 @@ from reward_client.canary import CANARY_KINDS, CanaryPlanner, Probe
 from reward_client.client import RewardClient
 from reward_client.judge_metrics import mean_or_none, summarize_by_group
 from reward_client.protocol import BackendKwargs, InlineFrames, ScoreRequest
-from reward_server.video import decode_frames
+from reward_server.media.video import decode_frames
 
 logger = logging.getLogger("reward_tools.evaluate")
 

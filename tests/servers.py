@@ -12,9 +12,9 @@ import time
 
 import httpx
 
-from reward_server.app import build_app
 from reward_server.bootstrap import build_service
-from reward_server.lifecycle import DrainingServer, server_config
+from reward_server.http.app import build_app
+from reward_server.http.connections import DrainingServer, server_config
 from reward_server.settings import ServerSettings
 from reward_tools.launch import free_port
 

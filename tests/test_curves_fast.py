@@ -16,7 +16,7 @@ from reward_client import raw_batch
 from reward_client.client import RewardClient
 from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
 from reward_client.protocol import BackendKwargs, ScoreOptions
-from reward_server.engine_io import TextPart, VideoPart
+from reward_server.engines.io import TextPart, VideoPart
 from reward_server.profiles import load_profile
 from tests.conftest import inline
 from tests.servers import InProcessServer, get, post

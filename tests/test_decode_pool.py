@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from reward_client.frames import QWEN2_5_VL
-from reward_server.decode_pool import DecodePool, Task
-from reward_server.images import MediaRef, decode_chat_media
-from reward_server.video import DecodeLimits
+from reward_server.media.decode_pool import DecodePool, Task
+from reward_server.media.images import MediaRef, decode_chat_media
+from reward_server.media.video import DecodeLimits
 from reward_tools.bench_chat import frame, jpeg_data_url
 
 MB = 2**20

@@ -20,10 +20,10 @@ from reward_client import raw_batch
 from reward_client.frames import QWEN2_5_VL
 from reward_client.protocol import MAX_MAX_PIXELS, ScoreOptions
 from reward_client.video_io import write_mp4
-from reward_server.decoded_budget import DecodedBudget, DecodedTooLarge, decoded_bytes
-from reward_server.images import ImageError, decode_image
-from reward_server.memory_release import Reclaimer
-from reward_server.video import DecodeLimits, Probe
+from reward_server.media.decoded_budget import DecodedBudget, DecodedTooLarge, decoded_bytes
+from reward_server.media.images import ImageError, decode_image
+from reward_server.media.memory_release import Reclaimer
+from reward_server.media.video import DecodeLimits, Probe
 from reward_tools.decoded_memory import synthetic_video
 from reward_tools.launch import ServerProcess
 from tests.conftest import episode_frames, inline

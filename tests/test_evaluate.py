@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reward_client.video_io import write_mp4
-from reward_server.video import decode_frames
+from reward_server.media.video import decode_frames
 from reward_tools import eval_metrics as m
 from reward_tools.eval_audit import build_probes
 from reward_tools.evaluate import load_manifest

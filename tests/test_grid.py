@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reward_client.frames import FrameError, to_grid
-from reward_server.video import fit_frames
+from reward_server.media.video import fit_frames
 from tests.conftest import episode_frames
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
-from reward_server.video import fit_frames
+from reward_server.media.video import fit_frames
 from tests.servers import InProcessServer
 
 N = 3
@@ -73,7 +73,7 @@ def test_an_episode_the_server_refuses_stops_training_unless_a_fallback_is_asked
 
 
 def test_to_grid_sends_frames_on_the_model_grid_and_the_server_resizes_nothing(server, monkeypatch):
-    import reward_server.decoding as decoding
+    import reward_server.media.decoding as decoding
 
     arrived = []
     real_fit = decoding.fit_frames

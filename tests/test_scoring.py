@@ -11,7 +11,7 @@ import pytest
 
 from reward_client.protocol import ParseStatus
 from reward_server.profiles import load_profile
-from reward_server.scoring import logprob_score
+from reward_server.profiles.parsing import logprob_score
 
 OK, CLAMPED = ParseStatus.ok, ParseStatus.clamped
 MISSING, NONUM, MULTI = ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers

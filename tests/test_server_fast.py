@@ -17,7 +17,7 @@ import pytest
 from reward_client import raw_batch
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
-from reward_server.video import fit_frames
+from reward_server.media.video import fit_frames
 from tests.conftest import episode_frames, inline
 from tests.servers import InProcessServer, get, post, wait_until
 

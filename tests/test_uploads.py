@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from reward_server.admission import Admission, BodyOverloaded
-from reward_server.body import BodyLimits, BodyReader
+from reward_server.core.admission import Admission, BodyOverloaded
+from reward_server.http.body import BodyLimits, BodyReader
 from reward_tools.stalled_upload import StalledUpload
 from tests.conftest import episode_frames, inline
 from tests.servers import InProcessServer, post, stats

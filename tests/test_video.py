@@ -11,8 +11,8 @@ import pytest
 from reward_client.frames import QWEN2_5_VL as SPEC
 from reward_client.frames import FrameError
 from reward_client.video_io import encode_mp4, write_mp4
-from reward_server.media_paths import FileNotFound, InvalidPath, PathNotAllowed, open_confined
-from reward_server.video import VideoError, decode_frames, fit_frames, pick_frames
+from reward_server.media.paths import FileNotFound, InvalidPath, PathNotAllowed, open_confined
+from reward_server.media.video import VideoError, decode_frames, fit_frames, pick_frames
 
 ROOTS_MAX = 1 << 30
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_server.engine_io import EngineOutput, EngineRequest
+from reward_server.engines.io import EngineOutput, EngineRequest
 
 
 async def gather_all(coros: list) -> list:

@@ -28,8 +28,8 @@ import dataclasses
 import math
 import time
 
-from reward_server.engine_io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.base import Engine, EngineConfig, EngineDead, EngineRequestFailed
+from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 
 
 class FakeEngineError(RuntimeError):

@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_server.engine_io import EngineOutput, EngineRequest, Sampling, TokenLogprob
 from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead, EngineInputRejected
+from reward_server.engines.io import EngineOutput, EngineRequest, Sampling, TokenLogprob
+from reward_server.engines.prompting import load_processor, render
 from reward_server.engines.step_floor import OPTION, HFStepFloor
-from reward_server.prompting import load_processor, render
 
 logger = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reward_server.engine_io import EngineOutput, EngineRequest
 from reward_server.engines.base import gather_all
+from reward_server.engines.io import EngineOutput, EngineRequest
 
 CURVE_OPTIONS = ("curve_start", "curve_clip_ids")
 CurveStart = Literal["handed", "prefilled"]

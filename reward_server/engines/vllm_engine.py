@@ -42,7 +42,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from reward_server.engine_io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.base import (
     Engine,
     EngineConfig,
@@ -50,10 +49,11 @@ from reward_server.engines.base import (
     EngineInputRejected,
     EngineRequestFailed,
 )
+from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
+from reward_server.engines.prompting import load_processor, render, video_metadata
 from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_options import check_supported
-from reward_server.prompting import load_processor, render, video_metadata
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import numpy as np
 from reward_client.frames import QWEN2_5_VL, FrameSpec
 from reward_client.progress import prefix_ends
 from reward_client.protocol import BackendKwargs, ScoreMode
-from reward_server.engine_io import EngineOutput, EngineRequest, Sampling
-from reward_server.scoring import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
+from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
+from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
 
 
 class UnsupportedOption(ValueError):

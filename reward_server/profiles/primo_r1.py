@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from reward_client.protocol import BackendKwargs, ScoreMode
-from reward_server.engine_io import ChatPrompt, EngineRequest, ImagePart, TextPart, VideoPart
+from reward_server.engines.io import ChatPrompt, EngineRequest, ImagePart, TextPart, VideoPart
 from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task
 
 PRIMO_SYSTEM_PROMPT = """A conversation between User and Assistant. The Assistant is an expert AI specializing in embodied procedure and event reasoning based on visual input (video or images). The assistant must strictly follow a specific thought process and output format. The reasoning process is enclosed within <think> </think> tags, and the final answer is within <answer> </answer> tags. The <think> block must contain three ordered subsections: <planning>, <observation>, and <reasoning>. The <answer> block must contain only the final output required by the question type and no other commentary."""

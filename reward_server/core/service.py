@@ -36,11 +36,16 @@ from reward_client.protocol import (
     ScoreResponse,
     Timings,
 )
-from reward_server.admission import Admission, WorkKind
-from reward_server.body import BodyReader
-from reward_server.decode_pool import DecodePool, PoolBudget
-from reward_server.decoded_budget import DecodedBudget
-from reward_server.decoding import (
+from reward_server.core.admission import Admission, WorkKind
+from reward_server.core.metrics import Metrics
+from reward_server.core.warmup import WarmupReport, warm_up
+from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
+from reward_server.engines.io import EngineOutput, EngineRequest
+from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
+from reward_server.http.body import BodyReader
+from reward_server.media.decode_pool import DecodePool, PoolBudget
+from reward_server.media.decoded_budget import DecodedBudget
+from reward_server.media.decoding import (
     ChatMedia,
     InvalidBody,
     Preparer,
@@ -49,16 +54,11 @@ from reward_server.decoding import (
     parse_score_json,
     validation_message,
 )
-from reward_server.engine_io import EngineOutput, EngineRequest
-from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
-from reward_server.errors import BadRequest, DeadlineExceeded, NotReady, classify
-from reward_server.images import MediaRef
-from reward_server.memory_release import Reclaimer
-from reward_server.metrics import Metrics
+from reward_server.media.images import MediaRef
+from reward_server.media.memory_release import Reclaimer
+from reward_server.media.video import DecodeLimits
 from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
-from reward_server.video import DecodeLimits
-from reward_server.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from reward_client.protocol import (
     ScoreRequest,
     ScoreResponse,
 )
-from reward_server.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
-from reward_server.chat import ChatCompletions
+from reward_server.api.chat import ChatCompletions
+from reward_server.core.service import RewardService
 from reward_server.errors import (
     RETRY_AFTER_S,
     BadRequest,
@@ -40,8 +40,8 @@ from reward_server.errors import (
     error_response,
     install_handlers,
 )
-from reward_server.limits import MIB, body_limit, json_body_limit
-from reward_server.service import RewardService
+from reward_server.http.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
+from reward_server.http.limits import MIB, body_limit, json_body_limit
 
 logger = logging.getLogger(__name__)
 

@@ -37,10 +37,8 @@ from reward_client.openai_chat import (
     Usage,
     is_neutral,
 )
-from reward_server.body import BodyReader
-from reward_server.decoded_budget import DecodedTooLarge
-from reward_server.decoding import ChatMedia, InvalidBody, parse_chat_json
-from reward_server.engine_io import (
+from reward_server.core.service import RewardService
+from reward_server.engines.io import (
     ChatPrompt,
     EngineOutput,
     EngineRequest,
@@ -52,9 +50,11 @@ from reward_server.engine_io import (
     VideoPart,
 )
 from reward_server.errors import BadRequest, NotFound, TooManyImages
-from reward_server.images import MediaRef
+from reward_server.http.body import BodyReader
+from reward_server.media.decoded_budget import DecodedTooLarge
+from reward_server.media.decoding import ChatMedia, InvalidBody, parse_chat_json
+from reward_server.media.images import MediaRef
 from reward_server.profiles import UnsupportedOption
-from reward_server.service import RewardService
 
 logger = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ class BodyLimits:
 
 
 class ArrivedBytes(Protocol):
-    """Where arrived bytes are admitted (reward_server.admission.Admission)."""
+    """Where arrived bytes are admitted (reward_server.core.admission.Admission)."""
 
     def take_arrived(self, n: int, held: int) -> None: ...
 

@@ -25,11 +25,11 @@ from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
-from reward_server.decode_pool import DecodePool
-from reward_server.decoded_budget import DecodedBudget, Lease, decoded_bytes
-from reward_server.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
-from reward_server.media_paths import open_confined
-from reward_server.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
+from reward_server.media.decode_pool import DecodePool
+from reward_server.media.decoded_budget import DecodedBudget, Lease, decoded_bytes
+from reward_server.media.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
+from reward_server.media.paths import open_confined
+from reward_server.media.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
 
 
 class InvalidBody(ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reward_server.engine_io import ChatPrompt
+from reward_server.engines.io import ChatPrompt
 
 
 def load_processor(model_path: str) -> Any:

@@ -1,0 +1,3 @@
+"""The HTTP layer: the FastAPI app and its routes (app), request bodies read as they stream in
+(body), how the body limits derive from the settings (limits), and the uvicorn process around
+it all: connection guards, drain on SIGTERM, a bounded exit (connections)."""
