@@ -299,7 +299,7 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, handle_http)
 
     async def handle_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # routes read their bodies themselves (decoding.py); this covers anything FastAPI validates
+        # routes read their bodies themselves (media/decoding.py); this covers anything FastAPI validates
         return error_response(InvalidBody(validation_message(exc.errors())), request.url.path)
 
     app.add_exception_handler(RequestValidationError, handle_validation)

@@ -211,7 +211,7 @@ def test_chat_requests_never_fail_the_server(server):
 
 # --- file URLs and paths, on every route that reads a server-local file -------------------------
 #
-# Every route that names a file goes through reward_server/media_paths.py. Hypothesis builds
+# Every route that names a file goes through reward_server/media/paths.py. Hypothesis builds
 # paths and file:// URLs from pieces that break URL and path functions (NUL, percent-encoded
 # NUL or non-UTF-8, '..', query and fragment marks, hosts, IPv6 brackets, over-long names) and
 # from pieces that escape the root (a symlinked file or directory pointing outside, '..' up

@@ -1,5 +1,5 @@
 """The start-up warm-up: the engine scores a synthetic batch of the configured shapes before
-/health says ok, so the first real batch runs at steady speed (reward_server/warmup.py)."""
+/health says ok, so the first real batch runs at steady speed (reward_server/core/warmup.py)."""
 
 from __future__ import annotations
 

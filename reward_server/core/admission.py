@@ -2,7 +2,7 @@
 
 Work beyond either bound is refused at once with 503 + Retry-After (the client backs off and
 retries) instead of queueing without bound. Body bytes are admitted as they arrive, never as
-declared (body.py): a body whose Content-Length alone exceeds the limit is refused before it is
+declared (http/body.py): a body whose Content-Length alone exceeds the limit is refused before it is
 read, and one whose arrived bytes would push the total past it is refused then and gives its
 bytes back, so uploads that stall hold only what they sent and never lock others out; engine
 work (episodes and chat requests) is admitted when a body has been parsed and is held until its

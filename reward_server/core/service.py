@@ -3,7 +3,7 @@
 It owns the server's lifecycle state (loading / ok / draining / failed) and the one path by which
 work reaches the engine (`_admitted`): admission (--max-queue), the request's deadline
 (--request-timeout-s, a 504 naming it), cancellation when the client leaves. Every route goes
-through it: /score, /score/batch (JSON and raw) and OpenAI's chat route (chat.py, a thin layer
+through it: /score, /score/batch (JSON and raw) and OpenAI's chat route (api/chat.py, a thin layer
 that only translates the protocol). The HTTP layer only reads bodies and translates errors.
 
 Scoring: body -> episodes -> frames -> profile -> engine -> parser -> answer. Each episode goes
@@ -207,7 +207,7 @@ class RewardService:
 
     def admit_body(self, declared: int | None) -> None:
         """Called before a body is read: refuse now if the server is not serving, or the body
-        alone could never fit; its bytes are admitted as they arrive (body.py)."""
+        alone could never fit; its bytes are admitted as they arrive (http/body.py)."""
         self.require_ready()
         if declared is not None:
             self.admission.check_declared(declared)

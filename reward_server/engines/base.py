@@ -127,7 +127,7 @@ class EngineStats:
         return out
 
 
-# Sampling options beyond temperature / top_p / max_tokens that a chat request may set (engine_io.Sampling)
+# Sampling options beyond temperature / top_p / max_tokens that a chat request may set (engines/io.py: Sampling)
 SAMPLING_OPTIONS = frozenset(
     {
         "seed",

@@ -1,6 +1,6 @@
 """How the body limits derive from each other, so a body the server admits is one it can parse.
 
-A JSON body is parsed in one piece in a decode worker (decoding.py), whose address space is
+A JSON body is parsed in one piece in a decode worker (media/decoding.py), whose address space is
 capped at `--decode-memory-mb` above its start. orjson reserves up to ~13 times a document's
 size while parsing it, and the body reaches the worker as a pickled copy: measured, a batch of
 inline frames needs ~14x its size there (a worker with 512 MiB parsed 34 MiB and died on

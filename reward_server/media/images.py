@@ -3,10 +3,10 @@
 A chat request names its media by URL. What is read, and how:
 - `data:` URLs, base64 only: images in JPEG, PNG or WebP (the format is taken from the bytes,
   never from the declared MIME type), videos in the containers video.py reads (MP4 first).
-- `file://` URLs: parsed, resolved and opened by media_paths.py as every `video_path` is (under
+- `file://` URLs: parsed, resolved and opened by paths.py as every `video_path` is (under
   `--video-root` only, symlinks resolved, regular files only, the descriptor checked again).
 - http(s) and every other scheme are refused (`invalid_url`): the server fetches nothing.
-Errors are named for what failed: the URL or path (media_paths.py), the image (`invalid_image`,
+Errors are named for what failed: the URL or path (paths.py), the image (`invalid_image`,
 `image_too_large`) or the video (`invalid_video`, `video_too_large`).
 
 An image's size is read from its header and checked against `--max-frame-pixels` before any
@@ -112,7 +112,7 @@ def _from_data_url(ref: MediaRef) -> bytes:
 
 
 def _read(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> bytes | BinaryIO:
-    """The bytes behind a URL (data:), or an open confined file (file://); media_paths.py parses,
+    """The bytes behind a URL (data:), or an open confined file (file://); paths.py parses,
     resolves and opens file URLs as it does every path a request names."""
     scheme = url_scheme(ref.url)
     if scheme == "data":

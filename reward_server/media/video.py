@@ -1,7 +1,7 @@
 """Episode video in, model-ready frames out, within a budget, never following a file elsewhere.
 
 Media files are hostile input. The rules, each closing a class of problems:
-- **Paths** are parsed, resolved and opened by media_paths.py, for every route: under an allowed
+- **Paths** are parsed, resolved and opened by paths.py, for every route: under an allowed
   root only, without blocking, regular files only, the opened descriptor checked again.
 - **Containers** are chosen by the server from their first bytes, from an allow-list (MP4/MOV,
   Matroska/WebM, AVI); the demuxer gets an open file, never a name, and MOV data references are
