@@ -37,9 +37,12 @@ class ParseStatus(str, Enum):
     no_number = "no_number"
     multiple_numbers = "multiple_numbers"
     logprob = "logprob"  # score read from next-token probabilities, nothing parsed
+    invalid_logprob = "invalid_logprob"  # the engine gave a NaN or +infinite log-probability: no score
 
 
-FAILED_PARSE_STATUSES = frozenset({ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers})
+FAILED_PARSE_STATUSES = frozenset(
+    {ParseStatus.missing_answer, ParseStatus.no_number, ParseStatus.multiple_numbers, ParseStatus.invalid_logprob}
+)
 
 
 def _b64encode(data: bytes | memoryview) -> str:

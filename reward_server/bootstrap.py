@@ -67,6 +67,8 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         mm_encoder_attn_backend=settings.mm_encoder_attn_backend,
+        mm_processor_cache_gb=settings.mm_processor_cache_gb,
+        drain_s=settings.shutdown_timeout_s,
         enforce_eager=settings.enforce_eager,
         cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
         max_batch_size=settings.max_batch_size,

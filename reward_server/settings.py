@@ -50,6 +50,12 @@ class ServerSettings(BaseModel):
     )
     max_num_batched_tokens: int | None = Field(None, ge=256, description="vllm: tokens per step; GPU default 65536")
     mm_encoder_attn_backend: str | None = Field(None, description="vllm: encoder attention; GPU default FLASH_ATTN")
+    mm_processor_cache_gb: float | None = Field(
+        None,
+        ge=0,
+        description="vllm: host memory for processed clips, GiB (reused only inside one progress curve; "
+        "0: off); default 2 on GPUs, 0.5 on CPU. Held in the engine process once filled: /stats shows it",
+    )
     quantization: str | None = Field(
         None, description="vllm: quantize the weights at load time, e.g. fp8 (lossy: check with reward_tools.fidelity)"
     )

@@ -47,6 +47,21 @@ class Metrics:
         self.decode_workers_replaced = Gauge(
             "reward_decode_workers_replaced", "Decode workers killed (budget) or found dead, and replaced", registry=r
         )
+        self.unusable_outputs = Gauge(
+            "reward_engine_unusable_outputs",
+            "Requests the engine ended without an answer (abort: its own, not the server's; unfinished; "
+            "empty), answered as retryable errors, never parsed",
+            ["reason"],
+            registry=r,
+        )
+        self.engine_held = {
+            key: Gauge(f"reward_{key}", help_text, registry=r)
+            for key, help_text in (
+                ("mm_cache_bytes_capacity", "vLLM's multimodal processor cache: size, bytes (--mm-processor-cache-gb)"),
+                ("mm_cache_bytes_used", "vLLM's multimodal processor cache: bytes it holds now"),
+                ("mm_cache_items", "vLLM's multimodal processor cache: entries it holds now"),
+            )
+        }
 
         self.decoded_mb = {
             key: Gauge(f"reward_{key}", help_text, registry=r)
@@ -56,6 +71,14 @@ class Metrics:
                 ("decoded_mb_peak", "The most decoded frames held at once since the start, MB"),
             )
         }
+
+    def set_engine(self, unusable: dict[str, int], held: dict[str, float | None]) -> None:
+        """The engine's own counters and held memory, as they stand."""
+        for reason, count in unusable.items():
+            self.unusable_outputs.labels(reason).set(count)
+        for key, value in held.items():
+            if key in self.engine_held and value is not None:
+                self.engine_held[key].set(value)
 
     def set_decoded(self, values: dict[str, float]) -> None:
         for key, value in values.items():

@@ -4,6 +4,12 @@ The shape of vLLM's engine client: the service submits each episode on its own a
 output; batching is the engine's business (vLLM schedules continuously, the transformers
 engine gathers micro-batches). Cancelling the awaiting task aborts the request inside the
 engine, so an episode whose client left or whose deadline passed stops using the model.
+
+An output is the model's answer only if the engine finished the request itself: one the engine
+ended on its own account (an abort the server did not ask for: the engine core shutting down on a
+signal, someone aborting it from outside), one that ended unfinished, or one with nothing in it
+never reaches a parser (`unusable_output`); it is a retryable request failure. The server's own
+aborts (client gone, deadline, drain) never produce an output: they cancel the awaiting task.
 """
 
 from __future__ import annotations
@@ -36,6 +42,42 @@ class EngineRequestFailed(RuntimeError):
     client may send it again."""
 
 
+class EngineOutputUnusable(EngineRequestFailed):
+    """The engine ended a request without the model's answer (aborted by the engine, unfinished,
+    empty): retryable, never parsed."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason  # abort, unfinished, empty (the label counted in /stats and /metrics)
+
+
+# finish reasons after which an output holds the model's whole answer (vLLM's names)
+FINISHED_REASONS = frozenset({"stop", "length"})
+
+
+def unusable_output(request: EngineRequest, output: EngineOutput) -> EngineOutputUnusable | None:
+    """Why this output is not the model's answer to this request, or None if it is. `length` is an
+    answer (the model used every token it was allowed: a parser judges it); `abort` here is the
+    engine's own abort, since the server's aborts cancel the request instead of returning."""
+    reason = output.finish_reason
+    if reason == "abort":
+        return EngineOutputUnusable(
+            "abort", "the engine aborted this request (not the server: its engine process stopping, "
+            "or an abort from outside); send it again"
+        )  # fmt: skip
+    if reason not in FINISHED_REASONS:
+        return EngineOutputUnusable(
+            "unfinished", f"the engine's output ended unfinished (finish_reason {reason!r}); send it again"
+        )
+    if request.sampling.mode == "logprob":
+        pair = (output.logprob_positive, output.logprob_negative)
+        if any(v is None for v in pair):
+            return EngineOutputUnusable("empty", "the engine returned no log-probabilities for this request")
+    elif not output.output_tokens and not output.text:
+        return EngineOutputUnusable("empty", "the engine returned an empty output (no token) for this request")
+    return None
+
+
 class EngineInputRejected(ValueError):
     """The engine refused one request's input as sent (a prompt longer than the model's context,
     a token id outside the vocabulary): the client must change it."""
@@ -58,6 +100,10 @@ class EngineConfig:
     max_num_seqs: int = 256  # sized for progress curves (docs/performance.md)
     max_num_batched_tokens: int | None = None
     mm_encoder_attn_backend: str | None = None
+    mm_processor_cache_gb: float | None = None  # vllm: None: the engine's default for the device
+    # how long the server drains on SIGTERM (--shutdown-timeout-s): an engine with processes of its
+    # own keeps their in-flight requests running that long when the signal reaches them too
+    drain_s: float = 0.0
     enforce_eager: bool = False
     cpu_kv_cache_gib: float | None = None
     max_batch_size: int = 64  # micro-batching engines: requests per forward pass
@@ -72,7 +118,10 @@ class EngineConfig:
 class EngineStats:
     requests: int = 0  # submitted
     finished: int = 0
-    aborted: int = 0  # cancelled before they finished (client gone, deadline)
+    aborted: int = 0  # cancelled by the server before they finished (client gone, deadline, drain)
+    # ended by the engine without the model's answer, by reason (abort: the engine's own, not the
+    # server's; unfinished; empty): answered as retryable failures, never parsed (unusable_output)
+    unusable_outputs: dict[str, int] = field(default_factory=dict)
     running: int = 0  # submitted and not yet finished or aborted
     # requests that produced their first output token (the engine is generating them); a test
     # that acts on a running generation waits for this count to move, never for a duration
@@ -120,7 +169,7 @@ class EngineStats:
         self.batches += 1
         self.max_batch_size = max(self.max_batch_size, size)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         """The counters, with `peak_running` since the previous call (reset here)."""
         out = dict(self.__dict__)
         out["peak_running"] = self.take_peak()
@@ -170,6 +219,10 @@ class Engine(ABC):
         try:
             output = await self._generate(request)
             aborted = False
+            unusable = unusable_output(request, output)
+            if unusable is not None:
+                self.stats.unusable_outputs[unusable.reason] = self.stats.unusable_outputs.get(unusable.reason, 0) + 1
+                raise unusable
             self.stats.record_output(output)
             return output
         finally:
@@ -215,6 +268,11 @@ class Engine(ABC):
     def vocab_size(self) -> int | None:
         """Token ids run from 0 to this (exclusive), after start; None if unknown."""
         return None
+
+    def memory_held(self) -> dict[str, float | None]:
+        """Memory the engine keeps on purpose beyond the model and its KV cache (vLLM's processor
+        cache), for /stats and /metrics; empty if it keeps none."""
+        return {}
 
     @abstractmethod
     async def check_health(self) -> None:

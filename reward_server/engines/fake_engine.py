@@ -15,6 +15,10 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
   request-level errors end); `refuse_once_on`: the same, but only the first time a given prompt
   holding it arrives (a fault that resending fixes); `die_on`: one that kills the engine
   (EngineDead).
+- `abort_on`, `unfinished_on`, `empty_on` (default ""): task-text fragments that make the engine
+  end the request itself without an answer, as a real engine can: `finish_reason` "abort" (vLLM's
+  engine core stopping on a signal), no finish reason (an output that ended unfinished), or no
+  token and no log-probabilities. `nan_logprob_on`: the logprob mode's log-probabilities are NaN.
 - `split_words` (default ""): comma-separated answer words the fake tokenizer splits in two.
 - `seen_media` (default 64): `seen` lists every request, but only the most recent ones keep their
   frames and images; older entries are copies without them, so a long run on this engine (a
@@ -50,6 +54,10 @@ class FakeEngine(Engine):
         self.refuse_once_on = str(o.get("refuse_once_on", ""))
         self.refused_once: set[str] = set()  # prompts already failed by refuse_once_on
         self.die_on = str(o.get("die_on", ""))
+        self.abort_on = str(o.get("abort_on", ""))
+        self.unfinished_on = str(o.get("unfinished_on", ""))
+        self.empty_on = str(o.get("empty_on", ""))
+        self.nan_logprob_on = str(o.get("nan_logprob_on", ""))
         self.split_words = {w for w in str(o.get("split_words", "")).split(",") if w}
         self.started = False
         self.dead: str | None = None
@@ -116,12 +124,27 @@ class FakeEngine(Engine):
             p = min(max(brightness, 1e-6), 1 - 1e-6)
             out.logprob_positive, out.logprob_negative = math.log(p), math.log(1 - p)
             out.output_tokens = 0
+            if self.nan_logprob_on and self.nan_logprob_on in text:
+                out.logprob_positive = math.nan
         else:
             out.text = self.answer.format(score=round(brightness * 100))
             if s.logprobs is not None:
                 out.token_logprobs = [
                     TokenLogprob(out.text, -0.5, tuple((f"alt{i}", -1.0 - i) for i in range(s.logprobs)))
                 ]
+        return self._ended_early(text, out)
+
+    def _ended_early(self, text: str, out: EngineOutput) -> EngineOutput:
+        """The output as the engine would end it on its own (abort_on, unfinished_on, empty_on):
+        an abort before the first token (vLLM's shape: no text, no log-probabilities), an answer
+        cut off half way, or nothing at all."""
+        if self.abort_on and self.abort_on in text:
+            out.finish_reason, out.text, out.output_tokens = "abort", "", 0
+            out.logprob_positive = out.logprob_negative = None
+        elif self.unfinished_on and self.unfinished_on in text:
+            out.finish_reason, out.text = None, out.text[: len(out.text) // 2]
+        elif self.empty_on and self.empty_on in text:
+            out.text, out.output_tokens, out.logprob_positive, out.logprob_negative = "", 0, None, None
         return out
 
     def vocab_size(self) -> int | None:

@@ -127,6 +127,11 @@ class HFEngine(Engine):
             for group in groups.values():
                 try:
                     outputs = await loop.run_in_executor(self._executor, self._run_group, group)
+                except asyncio.CancelledError:  # shut down mid-batch: its requests get no output
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(EngineDead("the transformers engine shut down during this batch"))
+                    raise
                 except Exception as exc:  # one bad group must not take the others down
                     logger.exception("transformers batch of %d failed", len(group))
                     if _is_fatal(exc):
@@ -187,6 +192,7 @@ class HFEngine(Engine):
                 for out, (lp_pos, lp_neg) in zip(outputs, pair.tolist(), strict=True):
                     out.logprob_positive, out.logprob_negative = lp_pos, lp_neg
                     out.output_tokens = 0
+                    out.finish_reason = "length"  # the one next token it was asked for, as vLLM says
             else:
                 self._generate_text(inputs, outputs, s, stop)
         return outputs

@@ -84,11 +84,17 @@ def _running_tracker(stats):
     return RunningTracker
 
 
-# Host memory the engine core may keep processed clips in (it fills as episodes come, then evicts
-# the oldest). A 64-episode batch of 16-frame 256x256 curves holds ~1.5 GiB of them; the cache
-# must outlast the episodes in flight, so several batches' worth.
-GPU_PROCESSOR_CACHE_GB = 8
-CPU_PROCESSOR_CACHE_GB = 1
+# Host memory the engine core keeps processed clips in (--mm-processor-cache-gb). It fills as
+# episodes come and then stays full (least recently used entries evicted), whatever the traffic:
+# this much memory is held for good. With per-request item ids (vllm_curves.item_ids) an entry is
+# hit only by the other points of its own progress curve, which are processed right after the
+# curve's longest point: every episode in training is new, so an entry is useless once its curve
+# is answered, and single-point episodes never hit at all. The cache must only hold the clips of
+# the curves being processed at once: a 64-episode batch of 16-frame 256x256 curves is ~1.5 GiB of
+# them, hence 2 GiB on GPUs (it was 8: ~8 GiB held for nothing after the first minutes), and on
+# CPU, where clips are processed a few at a time, 0.5 GiB. A miss only processes a clip again.
+GPU_PROCESSOR_CACHE_GB = 2
+CPU_PROCESSOR_CACHE_GB = 0.5
 
 
 def _gpu_defaults() -> dict[str, Any]:
@@ -181,6 +187,27 @@ def request_failure(final: Any) -> str | None:
     return "finish_reason=error" if reason is not None and str(reason) == "error" else None
 
 
+def _engine_arg_known(name: str) -> bool:
+    """Whether this vLLM's engine arguments have `name` (newer releases add some)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return name in {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+
+
+def processor_cache_use(llm: Any) -> dict[str, float | None]:
+    """vLLM's multimodal processor cache as the front end sees it: its capacity, the bytes it holds
+    and its entries. The front end's half mirrors the engine core's (same LRU, same item sizes), so
+    this is what the engine core holds too. None where this vLLM keeps it elsewhere (shm)."""
+    renderer = getattr(llm, "renderer", None)
+    cache = getattr(renderer, "mm_processor_cache", None)
+    lru = getattr(cache, "_cache", None)  # vLLM's LRUCache (cachetools): sizes in bytes
+    if lru is None or not hasattr(lru, "currsize"):
+        return {"mm_cache_bytes_used": None, "mm_cache_items": None}
+    return {"mm_cache_bytes_used": float(lru.currsize), "mm_cache_items": float(len(lru))}
+
+
 def option_value(value: Any) -> Any:
     """An `--engine-option` value as vLLM's engine arguments expect it: JSON when it parses as
     JSON (numbers, true/false, objects), else the string itself (`FLASH_ATTN`)."""
@@ -239,6 +266,7 @@ class VllmEngine(Engine):
         self._curves = curve_settings(config.options)
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
         self._logprob_kinds = _LogprobKinds()
+        self._cache_gb: float | None = None  # the processor cache's capacity, once started
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -270,7 +298,13 @@ class VllmEngine(Engine):
         # vLLM's multimodal processor cache: a curve's clips are processed and sent to the engine
         # core once, not once per point. Only with per-request item ids (vllm_curves.item_ids):
         # with content hashes a resent aborted episode makes its two halves drift apart.
-        kwargs["mm_processor_cache_gb"] = tuned["mm_processor_cache_gb"] if self._curves.clip_ids else 0
+        cache_gb = c.mm_processor_cache_gb if c.mm_processor_cache_gb is not None else tuned["mm_processor_cache_gb"]
+        kwargs["mm_processor_cache_gb"] = cache_gb if self._curves.clip_ids else 0
+        if c.drain_s and _engine_arg_known("shutdown_timeout"):
+            # A SIGTERM to the whole process group (scancel, systemd) reaches the engine core too:
+            # with vLLM's default (0) it aborts every request in flight at once; this lets them
+            # finish while the server drains them (--shutdown-timeout-s).
+            kwargs["shutdown_timeout"] = math.ceil(c.drain_s)
         for key in ("max_num_batched_tokens", "mm_encoder_attn_backend"):
             value = getattr(c, key) or tuned.get(key)
             if value:
@@ -298,7 +332,9 @@ class VllmEngine(Engine):
 
         await asyncio.to_thread(self.load_processor)
         args = await asyncio.to_thread(self.engine_args)
-        logger.info("vLLM engine arguments: %s", self.engine_kwargs())
+        kwargs = self.engine_kwargs()
+        self._cache_gb = float(kwargs.get("mm_processor_cache_gb") or 0)
+        logger.info("vLLM engine arguments: %s", kwargs)
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
         self._llm = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_running_tracker(self.stats)]
@@ -483,12 +519,20 @@ class VllmEngine(Engine):
         if request.sampling.mode == "generate" and request.sampling.logprobs is not None:
             result.token_logprobs = _token_logprobs(completion, request.sampling.logprobs)
         if request.sampling.mode == "logprob":
-            top = completion.logprobs[0] if completion.logprobs else {}
-            pos, neg = (self.answer_token_ids(w)[0] for w in request.sampling.candidates)
-            result.logprob_positive = top[pos].logprob if pos in top else -math.inf
-            result.logprob_negative = top[neg].logprob if neg in top else -math.inf
+            if completion.logprobs:  # none: an output the engine ended early (Engine.generate refuses it)
+                top = completion.logprobs[0]
+                pos, neg = (self.answer_token_ids(w)[0] for w in request.sampling.candidates)
+                result.logprob_positive = top[pos].logprob if pos in top else -math.inf
+                result.logprob_negative = top[neg].logprob if neg in top else -math.inf
             result.text = ""
         return result
+
+    def memory_held(self) -> dict[str, float | None]:
+        gb = self._cache_gb
+        held: dict[str, float | None] = {"mm_cache_bytes_capacity": float(gb * 2**30) if gb is not None else None}
+        if gb:
+            held.update(processor_cache_use(self._llm))
+        return held
 
     async def check_health(self) -> None:
         if self._llm is None:

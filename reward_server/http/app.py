@@ -273,11 +273,13 @@ def build_app(service: RewardService) -> FastAPI:
         m.engine_running.set(service.engine.stats.running)
         m.decode_workers_replaced.set(service.pool.replaced)
         m.set_decoded(service.decoded.as_dict())
+        m.set_engine(service.engine.stats.unusable_outputs, service.engine.memory_held())
         return Response(m.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/stats")
     async def stats() -> dict:
-        """Engine counters (requests, running, aborted, batches) of real requests, and the start-up
+        """Engine counters (requests, running, aborted, unusable outputs, batches) of real requests,
+        memory the engine holds on purpose (vLLM's processor cache: mm_cache_*), and the start-up
         warm-up (`warmup`: episodes, shapes, seconds; null when off); for tests and debugging."""
         return {
             **service.engine.stats.as_dict(),
@@ -287,6 +289,7 @@ def build_app(service: RewardService) -> FastAPI:
             "bytes_in_progress": service.admission.bytes,
             "decode_workers_replaced": service.pool.replaced,
             **service.decoded.as_dict(),
+            **service.engine.memory_held(),
         }
 
     _with_request_schemas(app, (ScoreRequest, BatchScoreRequest, ChatCompletionRequest))

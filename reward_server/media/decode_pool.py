@@ -15,6 +15,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import traceback
@@ -51,6 +52,11 @@ def _set_memory_limit(memory_mb: int) -> None:
 
 
 def _worker_main(conn: Connection, memory_mb: int) -> None:
+    # A signal to the server's whole process group (scancel, systemd's stop) reaches the workers
+    # too: they keep decoding while the server drains, and end when it closes their pipe (EOF) or
+    # kills them (the pool only ever stops a worker with SIGKILL).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # what tasks need, imported once before the limit is set (imports map libraries)
     import av  # noqa: F401
     import cv2

@@ -7,6 +7,7 @@ Rules (the README's "Scoring semantics" section states them for users):
   No complete tag, or no number inside it, is a failure; numbers in the reasoning are ignored.
 - `plain` answers (Qwen progress): the reply, or its <answer> if it has one, must hold exactly
   one number. An <answer> that is opened but never closed is a failure (truncated output).
+- `logprob`: a NaN or +inf log-probability is a failure (`invalid_logprob`), never a score.
 - `%`, `≈`, `~` around the number are allowed. Zero or several numbers is a failure.
 - Values outside the scale are clamped to [0, 1] and reported as `clamped`.
 A failure gives score None with a status and a message; nothing is guessed from keywords.
@@ -93,7 +94,15 @@ def clamp(score: float) -> tuple[float, ParseStatus]:
 
 
 def logprob_score(logprob_yes: float, logprob_no: float) -> ParseResult:
-    """P(yes) / (P(yes) + P(no)) from the two next-token log-probabilities (either may be -inf)."""
+    """P(yes) / (P(yes) + P(no)) from the two next-token log-probabilities (either may be -inf).
+    A NaN or +inf (a numerical fault in the engine: no probability is either) is a failure with
+    its reason, never a score: NaN would otherwise pass through max() and exp() into the answer."""
+    pair = (("positive", logprob_yes), ("negative", logprob_no))
+    bad = [(word, v) for word, v in pair if math.isnan(v) or v == math.inf]
+    if bad:
+        detail = ", ".join(f"the {word} answer's is {v!r}" for word, v in bad)
+        error = f"the engine gave an invalid log-probability: {detail}"
+        return ParseResult(None, ParseStatus.invalid_logprob, error=error)
     top = max(logprob_yes, logprob_no)
     if top == -math.inf:
         return ParseResult(None, ParseStatus.no_number, error="the engine gave neither answer token any probability")

