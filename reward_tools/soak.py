@@ -7,19 +7,27 @@ Env workers (threads, each with its own VLMRewardHook, half on the raw transport
 inline JSON) step batches of envs the way LiberoEnv calls the hook, episode after episode, under
 the hook's default settings (fail_on_request_error: True). Meanwhile, on a schedule:
 
-- restart: the server is stopped (SIGTERM, then SIGKILL on the next one) and started again on the
-  same port at --restart-at-min minutes; the workers must ride through it;
+- restart: the server's whole process group (the API process, vLLM's engine core, the decode
+  workers: what slurm's scancel and systemd's stop signal) gets SIGTERM, or SIGKILL on every
+  second restart, and it is started again on the same port at --restart-at-min minutes; the
+  workers must ride through it;
 - cut: clients send a full request and close the connection before the answer;
 - stall: clients declare large bodies (Content-Length, or chunked) and trickle a byte every 2 s;
 - huge: a client names a long 720p video under the server's video root with many frames;
 - bad: requests the server must refuse cleanly (4xx, never 5xx).
 
 The server's resident memory (its process tree) is sampled every --sample-s seconds, with
-/stats. Reported: episodes judged, fallbacks, exceptions that would stop training, lost episodes
-(ended but neither scored nor counted as a fallback), latency p50/p99 of the scoring calls,
-status counts of the fault clients, 500s (answers and the server logs' internal errors), and
-memory growth of each server lifetime from its first 10 minutes to its end. Writes the JSON and
+/stats. Reported: episodes judged, fallbacks (and of them parse failures), exceptions that would
+stop training, lost episodes (ended but neither scored nor counted as a fallback), latency p50/p99
+of the scoring calls, status counts of the fault clients, 500s (answers and the server logs'
+internal errors), and each server lifetime's memory growth (`lifetime_memory`). Writes the JSON and
 a PNG of memory and latency over time (matplotlib).
+
+Memory growth, the same figure for a lifetime of any length: the lifetime runs from ready to its
+end; its first quarter is warm-up (caches and allocator pools fill, which is not growth), so
+`growth_pct` = the median RSS over its last quarter / the median over its second quarter - 1, and
+`slope_mib_per_h` the least-squares slope of RSS over its last three quarters. A lifetime with
+fewer than 3 samples in either quarter reports None (too short to say).
 """
 
 from __future__ import annotations
@@ -98,8 +106,8 @@ class Supervisor:
             except ProcessLookupError:
                 pass
             server.proc.wait()
-        server.stop(timeout=60)
-        life["ended_s"], life["how"] = self.clock.now(), "SIGKILL" if kill else "SIGTERM"
+        server.stop(timeout=60)  # SIGTERM to the process group (a drain), then SIGKILL to what is left
+        life["ended_s"], life["how"] = self.clock.now(), "SIGKILL to the group" if kill else "SIGTERM to the group"
         self.start()
 
     def pid(self) -> int | None:
@@ -123,7 +131,7 @@ class Tally:
         self.events: list[dict] = []
         self.latency: list[tuple[float, float, int]] = []  # (t, seconds, episodes) per scoring call
         self.exceptions: list[str] = []
-        self.ended = self.scored = self.fallbacks = self.request_errors = 0
+        self.ended = self.scored = self.fallbacks = self.request_errors = self.parse_failures = 0
 
     def event(self, clock: Clock, kind: str, **info) -> None:
         with self.lock:
@@ -173,7 +181,7 @@ def env_worker(index: int, sup: Supervisor, tally: Tally, clock: Clock, stop: th
                 tally.exceptions.append(f"{type(exc).__name__}: {exc}"[:500])
         with tally.lock:
             tally.ended += ended
-            for key in ("scored", "fallbacks", "request_errors"):
+            for key in ("scored", "fallbacks", "request_errors", "parse_failures"):
                 setattr(tally, key, getattr(tally, key) + hook.counts[key] - before.get(key, 0))
         if failed:
             hook = VLMRewardHook(config, num_envs=n)  # what a restarted training run would build
@@ -299,7 +307,8 @@ def sampler(sup: Supervisor, samples: list, clock: Clock, stop: threading.Event,
             row = {"t": clock.now(), "life": len(sup.lifetimes) - 1, "rss_mib": round(rss_mib(pid), 1) if pid else 0.0}
             try:
                 stats = http.get(f"{sup.url}/stats").json()
-                row.update({k: v for k, v in stats.items() if k.startswith(("decoded_mb", "inflight", "running"))})
+                keep = ("decoded_mb", "inflight", "running", "mm_cache_bytes")
+                row.update({k: v for k, v in stats.items() if k.startswith(keep)})
             except (httpx.HTTPError, ValueError):
                 row["stats"] = None
             samples.append(row)
@@ -345,8 +354,20 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def lifetime_memory(samples: list[dict], lifetimes: list[dict], window_s: float = 600.0) -> list[dict]:
-    """Per server lifetime: median RSS over its first 10 minutes after ready vs its last 2 minutes."""
+def _slope_per_h(rows: list[dict]) -> float | None:
+    """Least-squares slope of rss_mib over t, MiB per hour."""
+    if len(rows) < 2:
+        return None
+    ts = np.array([r["t"] for r in rows], float)
+    ys = np.array([r["rss_mib"] for r in rows], float)
+    if np.ptp(ts) == 0:
+        return None
+    return float(np.polyfit(ts, ys, 1)[0] * 3600)
+
+
+def lifetime_memory(samples: list[dict], lifetimes: list[dict], min_samples: int = 3) -> list[dict]:
+    """Per server lifetime (ready to end): median RSS over its second quarter and over its last
+    quarter, growth between them, the slope over its last three quarters (the module's doc)."""
     out = []
     for life in lifetimes:
         if life["ready_s"] is None:
@@ -354,18 +375,26 @@ def lifetime_memory(samples: list[dict], lifetimes: list[dict], window_s: float 
         rows = [s for s in samples if s["life"] == life["index"] and s["rss_mib"] > 0 and s["t"] >= life["ready_s"]]
         if not rows:
             continue
-        span = rows[-1]["t"] - life["ready_s"]
-        first = [s["rss_mib"] for s in rows if s["t"] <= life["ready_s"] + window_s]
-        last = [s["rss_mib"] for s in rows if s["t"] >= rows[-1]["t"] - 120]
+        start = life["ready_s"]
+        span = rows[-1]["t"] - start
+        q = span / 4
+        second = [s["rss_mib"] for s in rows if start + q <= s["t"] < start + 2 * q]
+        last = [s["rss_mib"] for s in rows if s["t"] >= start + 3 * q]
+        settled = [s for s in rows if s["t"] >= start + q]
         entry = {
             "index": life["index"],
             "minutes": round(span / 60, 1),
-            "rss_mib_first10_median": round(statistics.median(first), 1),
-            "rss_mib_end_median": round(statistics.median(last), 1),
+            "rss_mib_q2_median": round(statistics.median(second), 1) if second else None,
+            "rss_mib_q4_median": round(statistics.median(last), 1) if last else None,
             "rss_mib_peak": round(max(s["rss_mib"] for s in rows), 1),
             "ended": life["how"],
+            "growth_pct": None,
+            "slope_mib_per_h": None,
         }
-        entry["growth_pct"] = round(100 * (entry["rss_mib_end_median"] / entry["rss_mib_first10_median"] - 1), 2)
+        if len(second) >= min_samples and len(last) >= min_samples:
+            entry["growth_pct"] = round(100 * (entry["rss_mib_q4_median"] / entry["rss_mib_q2_median"] - 1), 2)
+            slope = _slope_per_h(settled)
+            entry["slope_mib_per_h"] = round(slope, 1) if slope is not None else None
         out.append(entry)
     return out
 
@@ -488,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     lat = [s for _, s, _ in tally.latency]
     memory = lifetime_memory(samples, sup.lifetimes)
     longest = max(memory, key=lambda m: m["minutes"]) if memory else None
+    growth_rule = (
+        "per lifetime (ready to end): median RSS of its last quarter / median of its second quarter - 1 "
+        "(the first quarter is warm-up); slope: least squares over its last three quarters"
+    )
     report = {
         "what": "reward_tools.soak: the RLinf hook's traffic with faults injected",
         "launch": args.launch,
@@ -497,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         "episodes_ended": tally.ended,
         "episodes_scored": tally.scored,
         "fallbacks": tally.fallbacks,
+        "parse_failures": tally.parse_failures,
         "request_errors": tally.request_errors,
         "training_stopping_exceptions": len(tally.exceptions),
         "exceptions": tally.exceptions[:20],
@@ -507,7 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         "http_500": sum(n for k, n in tally.codes.items() if k.endswith("_500")),
         "server_internal_errors_logged": internal,
         "memory_by_server_lifetime": memory,
+        "memory_growth_rule": growth_rule,
         "memory_growth_pct_longest_lifetime": longest["growth_pct"] if longest else None,
+        "memory_slope_mib_per_h_longest_lifetime": longest["slope_mib_per_h"] if longest else None,
         "lifetimes": sup.lifetimes,
         "events": tally.events,
         "samples": samples,
@@ -522,7 +558,12 @@ def main(argv: list[str] | None = None) -> int:
         logger.warning("matplotlib is not installed: no PNG")
     summary = {k: v for k, v in report.items() if k not in ("samples", "latency", "events", "lifetimes", "args")}
     print(json.dumps(summary, indent=2))
-    ok = report["training_stopping_exceptions"] == 0 and report["lost_episodes"] == 0 and report["http_500"] == 0
+    ok = (
+        report["training_stopping_exceptions"] == 0
+        and report["lost_episodes"] == 0
+        and report["http_500"] == 0
+        and report["fallbacks"] == 0
+    )
     return 0 if ok and internal == 0 else 1
 
 
