@@ -87,14 +87,14 @@ def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_pa
         thread.join(120)
         r = holder.get("r")
         assert r is not None, holder
-        if r.status_code == 200:  # answered per episode: each one a retryable error
+        if sig == signal.SIGTERM:  # the engine's own abort: every episode answered, each a retryable error
+            assert r.status_code == 200, r.text
             for item in r.json()["results"]:
                 assert item["response"] is None, item  # never a parsed answer of an aborted generation
-                assert item["error"]["retryable"], item
-        else:  # the engine was gone before the batch's answer: the whole request is retryable
-            assert r.status_code == 503, r.text
-        if sig == signal.SIGTERM:
-            assert "engine aborted" in server.log_tail(400) or r.status_code == 503
+                assert item["error"]["type"] == "engine_request_failed" and item["error"]["retryable"], item
+            assert "ended request" in server.log_tail(400)
+        else:  # the engine gone: the whole request is a retryable 503
+            assert r.status_code == 503 and r.json()["error"]["type"] == "engine_failed", r.text
     finally:
         server.stop()
 

@@ -15,11 +15,14 @@ aborts (client gone, deadline, drain) never produce an output: they cancel the a
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
 from reward_server.engines.io import EngineOutput, EngineRequest
+
+logger = logging.getLogger(__name__)
 
 
 async def gather_all(coros: list) -> list:
@@ -222,6 +225,7 @@ class Engine(ABC):
             unusable = unusable_output(request, output)
             if unusable is not None:
                 self.stats.unusable_outputs[unusable.reason] = self.stats.unusable_outputs.get(unusable.reason, 0) + 1
+                logger.warning("the engine ended request %s without an answer: %s", request.request_id, unusable)
                 raise unusable
             self.stats.record_output(output)
             return output
