@@ -54,17 +54,25 @@ def _server(tmp_path, *flags) -> ServerProcess:
     return server
 
 
-def _batch_in_background(url: str, body: dict) -> tuple[threading.Thread, dict]:
+def _vllm(tmp_path, checkpoint: str, *flags: str) -> ServerProcess:
+    base = ["--engine", "vllm", "--model-path", checkpoint, "--max-model-len", "4096", "--max-tokens-limit", "2000"]
+    return _server(tmp_path, *base, *STEP_FLOOR_FLAGS, *flags)
+
+
+def _generating(server: ServerProcess, tokens: int, n: int = 3) -> tuple[threading.Thread, dict]:
+    """A batch of n generations sent in a thread, returned once the engine generates all of them;
+    the holder gets the answer ("r") or the client's error ("error")."""
     holder: dict = {}
 
     def send() -> None:
         try:
-            holder["r"] = httpx.post(f"{url}/score/batch", json=body, timeout=300)
+            holder["r"] = httpx.post(f"{server.url}/score/batch", json=generation(tokens, n), timeout=300)
         except httpx.HTTPError as exc:
             holder["error"] = exc
 
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
+    assert first_token_seen(server.url, 0, count=n)
     return thread, holder
 
 
@@ -77,12 +85,9 @@ def engine_cores(server: ServerProcess) -> list[psutil.Process]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["engine-abort", "engine-killed"])
 def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_path, tiny_checkpoint, sig):
-    flags = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--max-model-len", "4096"]
-    flags += ["--max-tokens-limit", "2000", *STEP_FLOOR_FLAGS, "--engine-option", "shutdown_timeout=0"]
-    server = _server(tmp_path, *flags)
+    server = _vllm(tmp_path, tiny_checkpoint, "--engine-option", "shutdown_timeout=0")
     try:
-        thread, holder = _batch_in_background(server.url, generation(2000, 3))  # 20 s or more
-        assert first_token_seen(server.url, 0, count=3)
+        thread, holder = _generating(server, 2000)  # 20 s or more
         for core in engine_cores(server):
             core.send_signal(sig)
         thread.join(120)
@@ -101,12 +106,9 @@ def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_pa
 
 
 def test_process_group_sigterm_drains_a_vllm_batch_in_full(tmp_path, tiny_checkpoint):
-    flags = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--max-model-len", "4096"]
-    flags += ["--max-tokens-limit", "2000", *STEP_FLOOR_FLAGS, "--shutdown-timeout-s", "240"]
-    server = _server(tmp_path, *flags)
+    server = _vllm(tmp_path, tiny_checkpoint, "--shutdown-timeout-s", "240")
     try:
-        thread, holder = _batch_in_background(server.url, generation(300, 3))  # 3 s or more
-        assert first_token_seen(server.url, 0, count=3)
+        thread, holder = _generating(server, 300)  # 3 s or more
         # memory held on purpose, shown: the processor cache's size, and the three clips it now holds
         held = stats(server.url)
         assert held["mm_cache_bytes_capacity"] == 0.5 * 2**30 and held["mm_cache_items"] >= 3, held
