@@ -7,6 +7,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
 
+def _gauges(registry: CollectorRegistry, *named: tuple[str, str]) -> dict[str, Gauge]:
+    """Gauges `reward_<key>` by key, for a dict of values that /stats reports under the same keys."""
+    return {key: Gauge(f"reward_{key}", help_text, registry=registry) for key, help_text in named}
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -54,23 +59,18 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.engine_held = {
-            key: Gauge(f"reward_{key}", help_text, registry=r)
-            for key, help_text in (
-                ("mm_cache_bytes_capacity", "vLLM's multimodal processor cache: size, bytes (--mm-processor-cache-gb)"),
-                ("mm_cache_bytes_used", "vLLM's multimodal processor cache: bytes it holds now"),
-                ("mm_cache_items", "vLLM's multimodal processor cache: entries it holds now"),
-            )
-        }
-
-        self.decoded_mb = {
-            key: Gauge(f"reward_{key}", help_text, registry=r)
-            for key, help_text in (
-                ("decoded_mb_in_use", "Decoded frames held by episodes in progress, MB (--max-decoded-mb)"),
-                ("decoded_mb_budget", "The decoded-memory budget, MB (--max-decoded-mb)"),
-                ("decoded_mb_peak", "The most decoded frames held at once since the start, MB"),
-            )
-        }
+        self.engine_held = _gauges(
+            r,
+            ("mm_cache_bytes_capacity", "vLLM's multimodal processor cache: size, bytes (--mm-processor-cache-gb)"),
+            ("mm_cache_bytes_used", "vLLM's multimodal processor cache: bytes it holds now"),
+            ("mm_cache_items", "vLLM's multimodal processor cache: entries it holds now"),
+        )
+        self.decoded_mb = _gauges(
+            r,
+            ("decoded_mb_in_use", "Decoded frames held by episodes in progress, MB (--max-decoded-mb)"),
+            ("decoded_mb_budget", "The decoded-memory budget, MB (--max-decoded-mb)"),
+            ("decoded_mb_peak", "The most decoded frames held at once since the start, MB"),
+        )
 
     def set_engine(self, unusable: dict[str, int], held: dict[str, float | None]) -> None:
         """The engine's own counters and held memory, as they stand."""
