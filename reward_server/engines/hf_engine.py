@@ -129,6 +129,7 @@ class HFEngine(Engine):
                     outputs = await loop.run_in_executor(self._executor, self._run_group, group)
                 except asyncio.CancelledError:  # shut down mid-batch: its requests get no output
                     for p in batch:
+                        p.cancelled = True  # the worker thread's generate stops at its next step
                         if not p.future.done():
                             p.future.set_exception(EngineDead("the transformers engine shut down during this batch"))
                     raise
