@@ -17,8 +17,8 @@ import math
 
 import pytest
 
-from reward_server.engine_io import EngineOutput, EngineRequest, Sampling
 from reward_server.engines.base import unusable_output
+from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
 from tests.conftest import episode_frames, inline
 from tests.servers import InProcessServer, get, post, send_without_waiting
 
