@@ -1,13 +1,10 @@
-"""What each RLinf env hands the VLM reward hook, turned into one per-step view (`EnvStep`).
+"""The VLM reward inside RLinf's ManiSkill env: the adapter its patch builds, which owns a hook.
 
 The hook (reward_client.rlinf_hook) knows episodes, frames, requests and rewards; it does not
 know where an env keeps its camera frames, which flag means success, or where the instruction
-comes from. Those differ per env and live here:
+comes from. LIBERO's patch hands the hook host arrays in the hook's own terms (`on_reset` /
+`on_step`: its termination is its success), so it needs no adapter. ManiSkill's does:
 
-- LIBERO (`LiberoAdapter`): numpy frames `obs["main_images"]`, the env's `task_descriptions` and
-  `task_ids`; LIBERO terminates an episode only on success, so the termination flag is the
-  success flag. The patched `libero_env.py` calls the hook's `on_reset` / `on_step`, which build
-  this view.
 - ManiSkill (`ManiSkillAdapter`): batched torch tensors on the env's device (one env object
   runs every env of its worker), frames `obs["main_images"]` (the base camera under
   `obs_mode: rgb`), success `infos["success"]` (a termination may also be `fail`), the instruction
@@ -19,26 +16,12 @@ comes from. Those differ per env and live here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from reward_client.rlinf_hook import VLMRewardHook
-
-
-@dataclass(frozen=True)
-class EnvStep:
-    """One step of every env of an RLinf env object, as the hook needs it (numpy, host memory)."""
-
-    frames: np.ndarray  # [num_envs, H, W, 3] uint8: this step's camera frame of every env
-    tasks: Sequence[str]  # each env's instruction, sent as task_text
-    terminations: np.ndarray  # bool [num_envs]: the env ended the episode itself (success, or failure)
-    truncations: np.ndarray  # bool [num_envs]: the time limit ended it
-    success: np.ndarray  # bool [num_envs]: the env's own success check this step; audited, never a reward
-    task_ids: Sequence[int] | None = None  # per-task audit names (else a slug of the task text)
+from reward_client.deferred import MANISKILL_RETURNS
+from reward_client.rlinf_hook import EnvStep, VLMRewardHook
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -51,28 +34,6 @@ def to_numpy(value: Any) -> np.ndarray:
 def flags(value: Any, num_envs: int) -> np.ndarray:
     """Per-env booleans; a single bool (a one-env ManiSkill step) stands for every env."""
     return np.broadcast_to(to_numpy(value).astype(bool).reshape(-1), (num_envs,)).copy()
-
-
-class LiberoAdapter:
-    """RLinf's LiberoEnv: what its patch passes, as a view."""
-
-    @staticmethod
-    def view(
-        main_images: Any,
-        task_descriptions: Sequence[str],
-        terminations: Any,
-        truncations: Any,
-        task_ids: Any = None,
-    ) -> EnvStep:
-        terminations = np.asarray(terminations, dtype=bool)
-        return EnvStep(
-            frames=np.asarray(main_images),
-            tasks=task_descriptions,
-            terminations=terminations,
-            truncations=np.asarray(truncations, dtype=bool),
-            success=terminations,  # LIBERO ends an episode early only when its success check fires
-            task_ids=task_ids,
-        )
 
 
 # Instructions for ManiSkill tasks that have none of their own (`get_language_instruction`).
@@ -95,9 +56,6 @@ class ManiSkillAdapter:
                 f"env reward_model needs reward_mode: raw (got {cfg.get('reward_mode', 'default')!r}): the "
                 "judge's value replaces the simulator's reward, which only the raw mode passes through"
             )
-        from reward_client.deferred import MANISKILL_RETURNS
-        from reward_client.rlinf_hook import VLMRewardHook
-
         self.env = env
         self.num_envs = int(env.num_envs)
         self.reward_coef = float(cfg.get("reward_coef", 1.0))

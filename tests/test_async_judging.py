@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from reward_client.deferred import LIBERO_RETURNS, MANISKILL_RETURNS, ReturnRule
-from reward_client.env_adapters import EnvStep
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf_config import RewardModelConfig
+from reward_client.rlinf_hook import EnvStep, VLMRewardHook
 from tests.servers import InProcessServer
 
 N, COEF = 3, 5.0
@@ -146,8 +146,8 @@ def rollout(env: ScriptedEnv, epochs: int, chunks: int, size: int, eager: bool) 
             else:
                 env_info = dict(infos["episode"])
             if eager:  # every answer in before the worker's call: placed in the chunk it ended in
-                for batch in list(env.hook.inflight):
-                    batch.future.result()
+                for flight in list(env.hook.ledger.inflight if env.hook.ledger else []):
+                    flight.future.result()
             env.hook.place_rewards(rewards, buffer, k, episode_info=env_info, dones=dones, last=k == chunks - 1)
             if env.auto_reset or k == chunks - 1:
                 for key, value in env_info.items():
@@ -198,7 +198,7 @@ def assert_same(sync, asyn, skip: tuple[str, ...] = ("vlm_latency_ms",)):
         if not key.startswith(skip):
             assert a_logged[key] == pytest.approx(logged[key], abs=1e-5), key
     assert a.counts == h.counts
-    assert not a.deferred and not a.inflight and not a.records
+    assert not a.ledger.deferred and not a.ledger.inflight and not a.ledger.records
     return rewards
 
 
@@ -305,7 +305,7 @@ def test_the_async_step_does_not_wait_for_the_judge(server):
     env.reset(np.arange(N))
     env.step()
     reward, *_ = env.step()  # env 0 ends here: submitted, not judged yet
-    assert reward[0] == 0.0 and len(h.inflight) == 1 and h.deferred[0].end_t == 1
+    assert reward[0] == 0.0 and len(h.ledger.inflight) == 1 and h.ledger.deferred[0].end_t == 1
 
 
 def test_without_the_env_worker_patch_async_refuses_to_lose_rewards(server, caplog):

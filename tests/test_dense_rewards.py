@@ -14,7 +14,8 @@ import pytest
 from reward_client.dense import PlacementError, moves, place, point_frames
 from reward_client.frames import QWEN2_5_VL
 from reward_client.progress import prefix_ends
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf_config import RewardModelConfig
+from reward_client.rlinf_hook import VLMRewardHook
 from tests.servers import InProcessServer
 
 N, COEF, CHUNK = 3, 5.0, 4

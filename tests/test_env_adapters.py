@@ -15,8 +15,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from reward_client.env_adapters import MANISKILL_TASKS, LiberoAdapter, ManiSkillAdapter
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.env_adapters import MANISKILL_TASKS, ManiSkillAdapter
+from reward_client.rlinf_config import RewardModelConfig
+from reward_client.rlinf_hook import VLMRewardHook
 from tests.servers import InProcessServer
 
 N, COEF = 4, 2.5
@@ -59,10 +60,14 @@ def obs(t: int, bright: list[int] | None = None) -> dict:
     return {"main_images": frames, "states": torch.zeros(N, 42)}
 
 
-def test_libero_view_takes_terminations_as_success():
-    view = LiberoAdapter.view(np.zeros((2, 8, 8, 3), np.uint8), ["a", "b"], [True, False], [False, True], [3, 4])
-    assert view.success.tolist() == [True, False] and view.truncations.tolist() == [False, True]
-    assert view.task_ids == [3, 4] and view.frames.shape == (2, 8, 8, 3)
+def test_libero_step_takes_terminations_as_success(server):
+    # LIBERO's patch calls the hook itself: its termination is its success (what the audit and
+    # the env_success fallback measure against), its truncation is no success
+    hook = VLMRewardHook(RewardModelConfig(enable=True, url=server.url, wait_ready_s=5), 2)
+    blank = np.zeros((2, 8, 8, 3), np.uint8)
+    hook.on_reset(None, blank)
+    hook.on_step(blank, ["a", "b"], [True, False], [False, True], [3, 4])
+    assert hook.env_success.tolist() == [True, False] and hook.counts["episodes"] == 2
 
 
 def test_maniskill_rewards_are_coef_times_score_once_per_episode_in_one_batch(server):

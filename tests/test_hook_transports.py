@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf_config import RewardModelConfig
+from reward_client.rlinf_hook import VLMRewardHook
 from reward_server.media.video import fit_frames
 from tests.servers import InProcessServer
 
