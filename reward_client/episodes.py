@@ -5,6 +5,8 @@ wants frames spread evenly over all of it, the last one included (success shows 
 Each env keeps every `stride`-th frame in preallocated slots; when the slots fill up, every
 other kept frame is dropped and the stride doubles. With n frames wanted, at most 2n frames
 are held per env (2n - 1 strided plus the latest), whatever the episode length.
+Frames are kept as uint8 by the one pixel rule (reward_client.frames.as_uint8): float frames in
+[0, 1] become round(x * 255); any other dtype is refused, never cast.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reward_client.frames import QWEN2_5_VL, FrameSpec
+from reward_client.frames import QWEN2_5_VL, FrameSpec, as_uint8
 
 
 def even_count(nframes: int, spec: FrameSpec = QWEN2_5_VL) -> int:
@@ -48,6 +50,7 @@ class EpisodeBuffer:
         return self._slots.nbytes
 
     def append(self, frame: np.ndarray) -> None:
+        frame = as_uint8(frame, "env frames")  # a slot assignment would cast silently (0.5 -> 0)
         step = self.length
         self.length += 1
         self._slots[self._latest] = frame

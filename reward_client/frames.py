@@ -5,6 +5,10 @@ rules run on both sides: the env's episode buffer picks frames with `pick_steps`
 server's decoder picks them from a video with the same function, so a request sent as raw
 frames and one sent as an MP4 of the whole episode show the model the same steps.
 Numpy only: this module is imported inside RL env workers.
+
+It also owns the one rule for pixel values (`as_uint8`): frames are uint8; float frames in [0, 1]
+(what RLinf's earlier reward-data collector stores) become round(x * 255); any other dtype or
+range is refused with its dtype and range named, on every path that sends or buffers frames.
 """
 
 from __future__ import annotations
@@ -17,6 +21,30 @@ import numpy as np
 
 class FrameError(ValueError):
     """Frames that no model could use (none at all, an absurd aspect ratio)."""
+
+
+def _value_range(arr: np.ndarray) -> str:
+    if not arr.size or arr.dtype.kind not in "biuf":
+        return "no values" if not arr.size else "values that are not numbers"
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        return "non-finite values"
+    return f"values in [{arr.min()}, {arr.max()}]"
+
+
+def as_uint8(frames, what: str = "frames") -> np.ndarray:
+    """Frames as uint8 by the one documented rule: uint8 as they are (no copy); floating point
+    in [0, 1] as round(x * 255); anything else (other dtypes, floats outside [0, 1], NaN) a
+    FrameError naming the dtype and the range found. Never a silent cast: int16 300 is not 44,
+    and float frames in [0, 1] are not an all-black video."""
+    arr = np.asarray(frames)
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all() and arr.min() >= 0.0 and arr.max() <= 1.0:
+        return np.rint(arr * 255.0).astype(np.uint8)
+    raise FrameError(
+        f"{what} are {arr.dtype} with {_value_range(arr)}; frames must be uint8 (0..255), or float in [0, 1] "
+        "(sent as round(x * 255))"
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +150,10 @@ def to_grid(
     for Qwen2.5-VL), so the server resizes nothing: the size the server would pick for
     `max_pixels` (FrameSpec.fit_size), by the same bicubic resampling (OpenCV's when installed,
     else the same kernel in numpy, within a grey level of it). Frames already on the grid are
-    returned as they are. Also 3% fewer bytes to send at 256 -> 252."""
-    if frames.ndim != 4 or frames.dtype != np.uint8:
+    returned as they are. Also 3% fewer bytes to send at 256 -> 252. Float frames in [0, 1]
+    are converted first (`as_uint8`); other dtypes are refused."""
+    frames = as_uint8(frames)
+    if frames.ndim != 4:
         raise FrameError(f"frames must be uint8 [T, H, W, C], got {frames.dtype} {list(frames.shape)}")
     spec = spec or FrameSpec(pixel_factor=patch)
     _, height, width, _ = frames.shape

@@ -64,6 +64,17 @@ def _b64decode(data: str) -> bytes:
         return base64.b64decode(data, validate=True)
 
 
+def wide_pixels_hint(held: int, needed: int) -> str:
+    """Why a frames buffer may have the wrong size: pixels of a wider dtype than uint8."""
+    for name, size in (("float16/int16", 2), ("float32/int32", 4), ("float64/int64", 8)):
+        if needed and abs(held - size * needed) <= 2 * size:
+            return (
+                f" ({size}x: {name} pixels?); frames are uint8 on the wire: convert float frames in [0, 1] "
+                "as round(x * 255) (reward_client.frames.as_uint8)"
+            )
+    return ""
+
+
 def _rgb_shape(shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
     t, h, w, c = shape
     if c != 3:
@@ -96,15 +107,21 @@ class InlineFrames(BaseModel):
         # base64 length is exact up to padding: check before decoding megabytes
         approx = len(self.data_b64) * 3 // 4
         if abs(approx - expected) > 2:
-            raise ValueError(f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}")
+            raise ValueError(
+                f"frames data holds about {approx} bytes but shape {list(self.shape)} needs {expected}"
+                + wide_pixels_hint(approx, expected)
+            )
         return self
 
     @classmethod
     def from_array(cls, frames) -> InlineFrames:
-        """Inline frames from a uint8 array [T, H, W, 3] (numpy, or anything numpy can read)."""
+        """Inline frames from an array [T, H, W, 3] (numpy, or anything numpy can read): uint8, or
+        float in [0, 1] sent as round(x * 255) (reward_client.frames.as_uint8); other dtypes refused."""
         import numpy as np
 
-        arr = np.ascontiguousarray(frames, dtype=np.uint8)
+        from reward_client.frames import as_uint8
+
+        arr = np.ascontiguousarray(as_uint8(frames))
         if arr.ndim != 4:
             raise ValueError(f"frames must be [T, H, W, 3], got shape {list(arr.shape)}")
         return cls(shape=arr.shape, data_b64=_b64encode(memoryview(arr).cast("B")))
@@ -315,6 +332,11 @@ class BatchScoreRequest(BaseModel):
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 
+# Request header: the seconds the client still waits for this answer. The server ends the request
+# there (capped by its --request-timeout-s), answering what is done and the rest as retryable
+# `deadline_exceeded` item errors, rather than working on for a client that has gone.
+DEADLINE_HEADER = "X-Reward-Deadline-S"
+
 
 class ItemError(BaseModel):
     type: str
@@ -352,6 +374,20 @@ class FrameSpecInfo(BaseModel):
     max_aspect_ratio: float
 
 
+class ServerLimits(BaseModel):
+    """What one request to this server may hold; the client cuts a batch to fit (reward_client.client)."""
+
+    max_json_body_bytes: int = Field(
+        description="largest JSON body (the smaller of --max-body-mb, --decode-memory-mb / 16, --max-inflight-mb)"
+    )
+    max_raw_body_bytes: int = Field(description="largest raw batch body (--max-body-mb, --max-inflight-mb)")
+    max_batch_items: int = Field(description="episodes one batch may hold (--max-queue, and the protocol's 256)")
+    request_timeout_s: float = Field(
+        description="the longest the server works on one request (--request-timeout-s); a client's "
+        "X-Reward-Deadline-S header shortens it"
+    )
+
+
 class HealthResponse(BaseModel):
     status: HealthStatus
     backend: str
@@ -360,6 +396,7 @@ class HealthResponse(BaseModel):
     detail: str | None = None
     score_modes: list[str] | None = Field(default=None, description="score modes this server offers")
     frame_spec: FrameSpecInfo | None = None
+    limits: ServerLimits | None = Field(default=None, description="request size and time limits")
 
 
 class ErrorBody(BaseModel):

@@ -3,7 +3,8 @@
     b"RWB1" | header length (uint32, little-endian) | header (JSON, RawBatchHeader) | payload
 
 Each episode sent as frames names its region of the payload (`frames.offset`, `frames.shape`:
-[T, H, W, 3] uint8, C-order). The sender writes frames straight from its arrays, and the server
+[T, H, W, 3] uint8, C-order; float frames in [0, 1] are converted by reward_client.frames.as_uint8
+before they are written, anything else is refused). The sender writes frames straight from its arrays, and the server
 uses them in place (numpy views of the body it received): nothing is encoded or copied on the
 way, which base64 in JSON costs twice (4/3 the bytes, an encode and a decode per frame).
 """
@@ -19,7 +20,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from reward_client.bounded_json import InvalidJSON, loads_bounded
-from reward_client.protocol import FramesRef, RawBatchHeader, RawScoreItem, ScoreOptions
+from reward_client.frames import FrameError, as_uint8
+from reward_client.protocol import FramesRef, RawBatchHeader, RawScoreItem, ScoreOptions, wide_pixels_hint
 
 CONTENT_TYPE = "application/x-reward-batch"
 MAGIC = b"RWB1"
@@ -49,23 +51,49 @@ class RawBatchBody:
         return b"".join(self.parts)
 
 
+def _fields(options: ScoreOptions) -> dict:
+    fields = options.model_dump(
+        include=set(ScoreOptions.model_fields), exclude_none=True, exclude_defaults=True, mode="json"
+    )
+    fields["task_text"] = options.task_text
+    return fields
+
+
+def checked_video(video: np.ndarray | str) -> np.ndarray | str:
+    """A server-side path as it is, or frames as C-order uint8 [T, H, W, 3] by the one pixel rule
+    (reward_client.frames.as_uint8: float in [0, 1] becomes round(x * 255); other dtypes are refused)."""
+    if isinstance(video, str):
+        return video
+    arr = np.ascontiguousarray(as_uint8(video))
+    if arr.ndim != 4 or arr.shape[-1] != 3:
+        raise FrameError(f"frames must be [T, H, W, 3] uint8, got shape {list(arr.shape)}")
+    return arr
+
+
+_OFFSET_DIGITS = 20  # room for any offset's digits in an item's size estimate
+
+
+def item_nbytes(options: ScoreOptions, video: np.ndarray | str) -> int:
+    """An upper bound of what one item adds to a raw batch body: its header entry and its frames."""
+    if isinstance(video, str):
+        return len(json.dumps({**_fields(options), "video_path": video}, separators=(",", ":"))) + 1
+    shape = list(np.shape(video))
+    entry = {**_fields(options), "frames": {"shape": shape, "offset": 0}}
+    return len(json.dumps(entry, separators=(",", ":"))) + 1 + _OFFSET_DIGITS + int(np.prod(shape))
+
+
 def encode(items: Sequence[tuple[ScoreOptions, np.ndarray | str]]) -> RawBatchBody:
     """A raw batch of (options, frames [T, H, W, 3] uint8 | server-side video path) pairs."""
     entries, frames, offset = [], [], 0
     for options, video in items:
-        fields = options.model_dump(
-            include=set(ScoreOptions.model_fields), exclude_none=True, exclude_defaults=True, mode="json"
-        )
-        fields["task_text"] = options.task_text
+        fields = _fields(options)
+        video = checked_video(video)
         if isinstance(video, str):
             entries.append({**fields, "video_path": video})
             continue
-        arr = np.ascontiguousarray(video, dtype=np.uint8)
-        if arr.ndim != 4 or arr.shape[-1] != 3:
-            raise ValueError(f"frames must be [T, H, W, 3] uint8, got shape {list(arr.shape)}")
-        entries.append({**fields, "frames": {"shape": list(arr.shape), "offset": offset}})
-        frames.append(memoryview(arr).cast("B"))
-        offset += arr.nbytes
+        entries.append({**fields, "frames": {"shape": list(video.shape), "offset": offset}})
+        frames.append(memoryview(video).cast("B"))
+        offset += video.nbytes
     header = json.dumps({"requests": entries}, separators=(",", ":")).encode()
     return RawBatchBody([_PREFIX.pack(MAGIC, len(header)), header, *frames])
 
@@ -107,6 +135,10 @@ def decode_header(head: bytes | memoryview, body_length: int) -> RawBatchHeader:
                 f"requests.{index}.frames: {list(ref.shape)} at offset {ref.offset} needs "
                 f"{ref.offset + ref.nbytes} payload bytes, the body has {payload}"
             )
+    named = sum(item.frames.nbytes for item in header.requests if item.frames is not None)
+    hint = wide_pixels_hint(payload, named) if payload != named else ""
+    if hint:  # frames written as float32 (or wider) with uint8 shapes: refused, never read as pixels
+        raise RawBatchError(f"the payload holds {payload} bytes, the frames its header names {named}{hint}")
     return header
 
 
@@ -129,9 +161,11 @@ __all__ = [
     "RawBatchError",
     "RawBatchHeader",
     "RawScoreItem",
+    "checked_video",
     "decode",
     "decode_header",
     "encode",
     "frames_view",
     "header_end",
+    "item_nbytes",
 ]

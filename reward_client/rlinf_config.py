@@ -56,8 +56,13 @@ class RewardModelConfig(BaseModel):
     fallback: Literal["zero", "env_success"] = Field(
         "zero", description="reward value when no score can be had and fail_on_request_error is False"
     )
-    timeout_s: float = Field(300.0, gt=0)
-    deadline_s: float = Field(900.0, gt=0)
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="one attempt's bound; default: the rest of deadline_s (a slow batch is never cut and resent; "
+        "the server learns the bound and answers what is done by then)",
+    )
+    deadline_s: float = Field(900.0, gt=0, description="a batch's answer (retries included) never takes longer")
     wait_ready_s: float = Field(600.0, ge=0)
     api_key: str | None = None
     task_text: str | None = Field(

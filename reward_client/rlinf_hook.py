@@ -252,6 +252,8 @@ class VLMRewardHook:
         }
         if self.dense:  # reward moved back from the done step to where the curve rose
             info["vlm_moved_reward"] = self.moved.copy()
+        # answers the client refused as impossible (and retried), so far: a faulty server or proxy
+        info["vlm_protocol_errors"] = np.full(self.num_envs, float(getattr(self.client, "protocol_errors", 0)))
         info.update({k: np.full(self.num_envs, v) for k, v in self.judge.scalars().items()})
         return info
 

@@ -11,16 +11,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reward_client.frames import as_uint8
+
 
 def _even(n: int) -> int:
     return n + (n % 2)
 
 
 def encode_mp4(frames: np.ndarray | Sequence[np.ndarray], fps: float = 10.0, crf: int = 18) -> bytes:
-    """H.264 MP4 bytes of RGB uint8 frames [T, H, W, 3] (odd sizes are padded by one pixel)."""
+    """H.264 MP4 bytes of RGB frames [T, H, W, 3] (odd sizes are padded by one pixel): uint8, or
+    float in [0, 1] as round(x * 255) (reward_client.frames.as_uint8); other dtypes are refused."""
     import av
 
-    frames = [np.asarray(f, dtype=np.uint8) for f in frames]
+    frames = [as_uint8(f) for f in frames]
     if not frames:
         raise ValueError("cannot encode a video with no frames")
     h, w = frames[0].shape[:2]

@@ -36,6 +36,25 @@ server failed (500). In a `/score/batch` answer (JSON or raw body), `reward_clie
 the retryable items again, alone, with the same backoff and overall deadline as a whole request,
 and returns one entry per episode in order; the RLinf hook sees their scores. Past the deadline
 an item keeps its last error.
+
+The client believes no answer that cannot be right: one item per episode with indices exactly
+0..n-1, each item a `response` or an `error`, every `score` and `progress` point finite in [0, 1]
+or null. Anything else is a protocol error, counted (`RewardClient.stats()`, the hook's
+`env/vlm_protocol_errors`) and retried within the deadline, never a reward.
+
+Request header `X-Reward-Deadline-S` (optional, on every POST): the seconds the client still waits
+for this answer. The server ends the request there, capped by `--request-timeout-s` (504, or in a
+batch the unfinished items' retryable `deadline_exceeded`, naming which bound it was); a value
+that is not a positive number is a 400. `reward_client.client` sends each attempt's bound, a
+little less so the answer still arrives.
+
+`GET /health` says the server's limits (`limits`: largest JSON and raw batch bodies, episodes per
+batch, `--request-timeout-s`); `reward_client.client` cuts a batch into requests within them on
+every transport, and halves a body a server that does not say them refuses as too large (413).
+
+Frames are uint8 on the wire (`frames.data_b64`, raw batch payloads). The client converts float
+frames in [0, 1] as round(x * 255) (`reward_client.frames.as_uint8`) and refuses other dtypes;
+the server names wider pixels (a payload 2, 4 or 8 times the bytes the shapes need) in its error.
 """
 
 

@@ -2,9 +2,10 @@
 
 It owns the server's lifecycle state (loading / ok / draining / failed) and the one path by which
 work reaches the engine (`_admitted`): admission (--max-queue), the request's deadline
-(--request-timeout-s, a 504 naming it), cancellation when the client leaves. Every route goes
-through it: /score, /score/batch (JSON and raw) and OpenAI's chat route (api/chat.py, a thin layer
-that only translates the protocol). The HTTP layer only reads bodies and translates errors.
+(--request-timeout-s, or the client's shorter X-Reward-Deadline-S; a 504 naming it),
+cancellation when the client leaves. Every route goes through it: /score, /score/batch (JSON
+and raw) and OpenAI's chat route (api/chat.py, a thin layer that only translates the protocol).
+The HTTP layer only reads bodies and translates errors.
 
 Scoring: body -> episodes -> frames -> profile -> engine -> parser -> answer. Each episode goes
 to the engine on its own as soon as its frames are ready: the episodes of a batch overlap their
@@ -15,7 +16,9 @@ client leaves, is cancelled, which aborts it inside the engine.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,6 +31,7 @@ import numpy as np
 from reward_client import raw_batch
 from reward_client.progress import check_points
 from reward_client.protocol import (
+    DEADLINE_HEADER,
     FAILED_PARSE_STATUSES,
     BatchItem,
     BatchScoreResponse,
@@ -61,6 +65,9 @@ from reward_server.profiles import Profile, canonical_backend
 from reward_server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
+
+# The client's deadline for the request being handled (DEADLINE_HEADER), set by the HTTP layer.
+_CLIENT_DEADLINE_S: contextvars.ContextVar[float | None] = contextvars.ContextVar("client_deadline_s", default=None)
 
 SMALL_BODY_BYTES = 1 << 20
 T = TypeVar("T")
@@ -244,8 +251,8 @@ class RewardService:
                 return await job()
         except TimeoutError:
             if limit.expired():
-                limit_s = self.settings.request_timeout_s
-                raise DeadlineExceeded(f"the answer took longer than {limit_s:g} s (--request-timeout-s)") from None
+                limit_s, why = self._timeout_s()
+                raise DeadlineExceeded(f"the answer took longer than {limit_s:g} s ({why})") from None
             raise
 
     async def _one(self, kind: WorkKind, job: Callable[[], Awaitable[T]], started: float) -> T:
@@ -428,5 +435,28 @@ class RewardService:
             cached_tokens=_total(o.cached_tokens for o in outputs),
         )
 
+    def client_deadline(self, header: str | None) -> float:
+        """The deadline of the request being handled: the client's X-Reward-Deadline-S (seconds it
+        still waits), capped by --request-timeout-s. Set for the request's task; the tasks it
+        starts inherit it."""
+        if header is None:
+            _CLIENT_DEADLINE_S.set(None)
+            return self.settings.request_timeout_s
+        try:
+            seconds = float(header)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise BadRequest(f"{DEADLINE_HEADER} must be a positive number of seconds, got {header[:40]!r}")
+        _CLIENT_DEADLINE_S.set(seconds)
+        return min(seconds, self.settings.request_timeout_s)
+
+    def _timeout_s(self) -> tuple[float, str]:
+        """This request's deadline in seconds, and what set it."""
+        client = _CLIENT_DEADLINE_S.get()
+        if client is not None and client < self.settings.request_timeout_s:
+            return client, f"the client's {DEADLINE_HEADER}"
+        return self.settings.request_timeout_s, "--request-timeout-s"
+
     def _remaining(self, started: float) -> float:
-        return max(0.0, self.settings.request_timeout_s - (time.perf_counter() - started))
+        return max(0.0, self._timeout_s()[0] - (time.perf_counter() - started))

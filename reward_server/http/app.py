@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from reward_client import raw_batch
 from reward_client.openai_chat import ChatCompletionRequest, ChatCompletionResponse, ModelList, OpenAIErrorBody
 from reward_client.protocol import (
+    DEADLINE_HEADER,
     BatchScoreRequest,
     BatchScoreResponse,
     ErrorBody,
@@ -41,7 +42,7 @@ from reward_server.errors import (
     install_handlers,
 )
 from reward_server.http.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
-from reward_server.http.limits import MIB, body_limit, json_body_limit
+from reward_server.http.limits import MIB, body_limit, json_body_limit, server_limits
 
 logger = logging.getLogger(__name__)
 
@@ -184,11 +185,13 @@ def build_app(service: RewardService) -> FastAPI:
         limit = body_limit(settings, ctype)  # a JSON body only as large as a worker can parse
         if length is not None and length > limit.bytes:
             raise BodyTooLarge(limit.refusal(length))
+        # the client's own deadline for this answer, when it says it (capped by --request-timeout-s)
+        timeout_s = service.client_deadline(request.headers.get(DEADLINE_HEADER))
         limits = BodyLimits(
             max_bytes=limit.bytes,
             idle_timeout_s=settings.body_timeout_s,
             min_rate=settings.body_min_rate_kib_s * 1024,
-            total_s=settings.request_timeout_s,
+            total_s=timeout_s,
         )
         reader = BodyReader(request.receive, length, limits, service.admission)
         service.admit_body(length)
@@ -258,6 +261,7 @@ def build_app(service: RewardService) -> FastAPI:
             detail=service.detail,
             score_modes=profile.available_score_modes(),
             frame_spec=FrameSpecInfo(**profile.frame_spec.to_dict()),
+            limits=server_limits(settings),
         )
         code = 200 if service.status == "ok" else 503
         headers = {"Retry-After": str(RETRY_AFTER_S)} if code == 503 else None

@@ -9,12 +9,16 @@ inline frames needs ~14x its size there (a worker with 512 MiB parsed 34 MiB and
 Content-Length with a 413 naming both limits, before a byte of it is read. A raw batch
 (application/x-reward-batch) is never parsed as a whole (its frames are used in place), so it
 may use all of `--max-body-mb`.
+
+`/health` advertises the limits a request must fit (`server_limits`), so the client cuts a batch
+into requests this server accepts rather than meeting a 413 it cannot retry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reward_client.protocol import MAX_BATCH_ITEMS, ServerLimits
 from reward_server.settings import ServerSettings
 
 JSON = "application/json"
@@ -49,4 +53,16 @@ def body_limit(settings: ServerSettings, content_type: str) -> BodyLimit:
         f"a JSON body is parsed whole in a decode worker, within --decode-memory-mb {settings.decode_memory_mb} "
         f"/ {JSON_PARSE_FACTOR}; send the frames as a raw batch (application/x-reward-batch, up to "
         f"--max-body-mb {settings.max_body_mb:g}), fewer episodes per request, or raise --decode-memory-mb",
+    )
+
+
+def server_limits(settings: ServerSettings) -> ServerLimits:
+    """What one request may hold here: the body limits above, what the server holds at once
+    (--max-inflight-mb: a body beyond it alone is refused), and episodes per batch (--max-queue)."""
+    held = int(settings.effective_max_inflight_mb() * MIB)
+    return ServerLimits(
+        max_json_body_bytes=min(body_limit(settings, JSON).bytes, held),
+        max_raw_body_bytes=min(int(settings.max_body_mb * MIB), held),
+        max_batch_items=min(MAX_BATCH_ITEMS, settings.max_queue),
+        request_timeout_s=settings.request_timeout_s,
     )
