@@ -291,6 +291,11 @@ class Timings(BaseModel):
     total_ms: float = 0.0
     receive_ms: float = Field(0.0, description="arrival until this episode's bytes (or its body) had arrived")
     prepare_ms: float = Field(0.0, description="parsing, decoding, picking and resizing its frames")
+    input_ms: float = Field(0.0, description="inside engine_ms: the engine's input processing (the model's processor)")
+    prefill_ms: float = Field(
+        0.0, description="inside engine_ms, by the engine's clock: scheduled until its first new token (the prompt)"
+    )
+    decode_ms: float = Field(0.0, description="inside engine_ms, by the engine's clock: first to last new token")
 
 
 class ScoreResponse(BaseModel):

@@ -66,6 +66,8 @@ TASKS = (
 )
 PATHS = ("hook_raw", "hook_json", "hook_mp4", "concurrent", "sequential", "peer")
 STAGES = ("receive_ms", "prepare_ms", "engine_ms", "total_ms")
+# inside engine_ms, where the engine says (vLLM): input processing, queue, prefill, decode
+ENGINE_STAGES = ("input_ms", "queue_ms", "prefill_ms", "decode_ms")
 
 
 @dataclass
@@ -78,6 +80,9 @@ class Result:
     errors: int
     stages: dict[str, float] = field(default_factory=dict)  # server-side means per episode
     request_mib: float = 0.0
+    stages_max: dict[str, float] = field(default_factory=dict)  # server-side largest per episode
+    window: tuple[float, float] = (0.0, 0.0)  # time.monotonic() at the batch's start and end (step logs)
+    repeats_s: list[float] = field(default_factory=list)  # every repeat's wall time
 
 
 def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
@@ -118,9 +123,9 @@ def _options(i: int, style: str, nframes: int) -> ScoreOptions:
     return ScoreOptions(task_text=TASKS[i % len(TASKS)], nframes=nframes, backend_kwargs=style_kwargs(style))
 
 
-def _stages(responses: list) -> dict[str, float]:
+def _stages(responses: list, pick=statistics.fmean) -> dict[str, float]:
     timings = [r.timings.model_dump() for r in responses if r is not None]
-    return {k: statistics.fmean(t.get(k, 0.0) for t in timings) for k in STAGES} if timings else {}
+    return {k: pick(t.get(k, 0.0) for t in timings) for k in (*STAGES, *ENGINE_STAGES)} if timings else {}
 
 
 class ServerPaths:
@@ -275,11 +280,17 @@ async def run(
                 runs = 1 if name == "sequential" else repeats
                 done = []
                 for _ in range(runs):
-                    wall, responses, mib = await fn(episodes.take(n), style)
+                    videos = episodes.take(n)
+                    began = time.monotonic()
+                    wall, responses, mib = await fn(videos, style)
+                    window = (began, time.monotonic())
                     errors = sum(r is None for r in responses)
-                    stages = _stages([r for r in responses if r is not None and r is not True])
-                    done.append(Result(name, style, n, wall, n / wall, errors, stages, mib))
+                    answered = [r for r in responses if r is not None and r is not True]
+                    row = Result(name, style, n, wall, n / wall, errors, _stages(answered), mib)
+                    row.stages_max, row.window = _stages(answered, max), window
+                    done.append(row)
                 median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
+                median.repeats_s = [round(r.wall_s, 4) for r in done]
                 results.append(median)
                 logger.info("%s (repeats: %s)", median, [round(r.wall_s, 3) for r in done])
     return results

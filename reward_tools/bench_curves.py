@@ -106,7 +106,9 @@ class Curves:
 
 def measure(fn, videos, points, counters) -> dict:
     before = counters()
+    began = time.monotonic()
     wall, answers = fn(videos, points)
+    window = (began, time.monotonic())  # on the clock of the server's step log (steps_report)
     after = counters()
     # errors: episodes with a request that failed; unparsed: points answered with no number (a
     # random-weight model's free text), the same count for both ways
@@ -116,6 +118,7 @@ def measure(fn, videos, points, counters) -> dict:
         "wall_s": round(wall, 4),
         "errors": sum(a is None for a in answers),
         "unparsed": sum(v is None for a in answers if a is not None for v in a),
+        "window": window,
     }
     row.update({k: after[k] - before[k] for k in COUNTERS})
     return row
@@ -143,6 +146,7 @@ def run(
             )
             row = tries[(len(tries) - 1) // 2]  # the median (the lower one of an even count)
             row["walls_s"] = [t["wall_s"] for t in tries]
+            row["windows"] = [t["window"] for t in tries]
             row["way"] = way
             row["computed"] = row["prompt_tokens"] - row["cached_tokens"]
             rows.append(row)

@@ -28,9 +28,9 @@ from reward_tools.bench import TASKS, Episodes, style_kwargs
 logger = logging.getLogger("reward_tools.bench_raw")
 
 
-def requests(episodes: Episodes, n: int, style: str):
-    """Engine requests for n new episodes, built as the server builds them."""
-    profile = load_profile("qwen2_5_vl_vllm")
+def requests(episodes: Episodes, n: int, style: str, backend: str = "qwen2_5_vl_vllm"):
+    """Engine requests for n new episodes, built as the server builds them with that profile."""
+    profile = load_profile(backend)
     kwargs = style_kwargs(style)
     mode = profile.resolve_score_mode(kwargs)
     out = []
@@ -40,7 +40,7 @@ def requests(episodes: Episodes, n: int, style: str):
     return out
 
 
-def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size):
+def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend):
     from vllm import LLM
 
     from reward_server.engines.vllm_engine import VllmEngine
@@ -51,12 +51,12 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size):
     results = []
     episodes = Episodes(frames, size)
     for style in styles:
-        warm = [engine.prepare(r) for r in requests(episodes, max(ns), style)]  # unmeasured, own episodes
+        warm = [engine.prepare(r) for r in requests(episodes, max(ns), style, backend)]  # unmeasured, own episodes
         llm.generate([p for p, _ in warm], [s for _, s in warm], use_tqdm=False)
         for n in ns:
             walls = []
             for _ in range(repeats):
-                prepared = [engine.prepare(r) for r in requests(episodes, n, style)]  # new episodes each time
+                prepared = [engine.prepare(r) for r in requests(episodes, n, style, backend)]  # new episodes each time
                 started = time.perf_counter()
                 llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
                 walls.append(time.perf_counter() - started)
@@ -66,7 +66,7 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size):
     return results
 
 
-def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
+def run_hf(config: EngineConfig, styles, ns, repeats, frames, size, backend):
     import torch
 
     from reward_server.engines.hf_engine import HFEngine
@@ -77,7 +77,7 @@ def run_hf(config: EngineConfig, styles, ns, repeats, frames, size):
     episodes = Episodes(frames, size)
     for style in styles:
         for n in [2, *ns]:
-            reqs = requests(episodes, n, style)
+            reqs = requests(episodes, n, style, backend)
             inputs, prompts = engine.model_inputs(reqs)  # processor work outside the timing, as for vllm
             walls = []
             for _ in range(repeats if n != 2 else 1):
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--engine", choices=["vllm", "hf"], required=True)
+    parser.add_argument("--backend", default="qwen2_5_vl_vllm", help="scoring profile (the server's --backend)")
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--n", type=int, nargs="+", default=[1, 8, 64])
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = engine_config(settings)
     run = run_vllm if args.engine == "vllm" else run_hf
-    results = run(config, args.styles, args.n, args.repeats, args.frames, args.size)
+    results = run(config, args.styles, args.n, args.repeats, args.frames, args.size, args.backend)
     Path(args.out).write_text(json.dumps({"engine": args.engine, "args": vars(args), "results": results}, indent=2))
     print(f"{'style':<9} {'N':>4} {'eps/s':>8} {'wall s':>8}")
     for r in results:

@@ -145,6 +145,9 @@ class EngineOutput:
     logprob_negative: float | None = None  # logprob mode: log P(candidates[1])
     engine_ms: float = 0.0
     queue_ms: float = 0.0  # waiting inside the engine before being scheduled, where the engine says
+    input_ms: float = 0.0  # the engine's input processing (its model processor), where the engine says
+    prefill_ms: float = 0.0  # scheduled until the first new token, where the engine says
+    decode_ms: float = 0.0  # first to last new token, where the engine says
     started: float = 0.0  # perf_counter when the engine began this request's computation
     token_logprobs: list[TokenLogprob] | None = None  # when Sampling.logprobs asked for them
     cached_tokens: int | None = None  # prompt tokens taken from the engine's prefix cache, where it says

@@ -58,16 +58,42 @@ from reward_server.engines.vllm_options import check_supported
 logger = logging.getLogger(__name__)
 
 
-def _running_tracker(stats):
+# `--engine-option step_log=PATH`: one JSON line per engine step appended to PATH (a profile)
+STEP_LOG = "step_log"
+
+
+def _step_line(scheduler_stats, iteration_stats) -> str:
+    """One engine step as vLLM's stat logger sees it: when its outputs reached this process
+    (time.monotonic, comparable across processes of one machine), the scheduler's queues, and
+    what the step produced (prompts whose prefill ended, new tokens, finished requests)."""
+    row: dict[str, Any] = {"t": round(time.monotonic(), 6)}
+    if scheduler_stats is not None:
+        row.update(running=scheduler_stats.num_running_reqs, waiting=scheduler_stats.num_waiting_reqs)
+    if iteration_stats is not None:
+        row.update(
+            prefilled=len(iteration_stats.time_to_first_tokens_iter),
+            prompt_tokens=iteration_stats.num_prompt_tokens,
+            new_tokens=iteration_stats.num_generation_tokens,
+            finished=len(iteration_stats.finished_requests),
+        )
+    return json.dumps(row)
+
+
+def _running_tracker(stats, step_log: str | None = None):
     """A vLLM stat logger that keeps the most requests its scheduler ran at once and sums its
-    prefix-cache lookups (tokens queried and found) and processor-cache lookups (items)."""
+    prefix-cache lookups (tokens queried and found) and processor-cache lookups (items); with
+    `step_log`, it also appends every step to that file (_step_line)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
+
+    log = open(step_log, "a", buffering=1) if step_log else None  # open while the engine lives
 
     class RunningTracker(StatLoggerBase):
         def __init__(self, vllm_config: Any, engine_index: int = 0):
             pass
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+            if log is not None:
+                log.write(_step_line(scheduler_stats, iteration_stats) + "\n")
             if scheduler_stats is not None:
                 stats.max_batch_size = max(stats.max_batch_size, scheduler_stats.num_running_reqs)
                 cache = getattr(scheduler_stats, "prefix_cache_stats", None)  # this step's lookups
@@ -309,7 +335,7 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", OPTION, *CURVE_OPTIONS}
+        ours = {"preprocess_threads", OPTION, STEP_LOG, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
@@ -337,7 +363,9 @@ class VllmEngine(Engine):
         logger.info("vLLM engine arguments: %s", kwargs)
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
         self._llm = await asyncio.to_thread(
-            AsyncLLM.from_engine_args, args, stat_loggers=[_running_tracker(self.stats)]
+            AsyncLLM.from_engine_args,
+            args,
+            stat_loggers=[_running_tracker(self.stats, self.config.options.get(STEP_LOG))],
         )
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
@@ -433,16 +461,19 @@ class VllmEngine(Engine):
         marks: CurveMarks | None = None,
         first_token: Callable[[], None] | None = None,
         cap: int | None = None,
-    ) -> Any:
-        """One submission to AsyncLLM; its last output. For a curve's longest point, `marks`
-        says when its input is handed to AsyncLLM (processed: the other points' clips are now
-        processor-cache hits) and when its first output came (its whole prompt computed)."""
+    ) -> tuple[Any, float]:
+        """One submission to AsyncLLM: its last output, and the seconds its input processing took.
+        For a curve's longest point, `marks` says when its input is handed to AsyncLLM (processed:
+        the other points' clips are now processor-cache hits) and when its first output came (its
+        whole prompt computed)."""
         prompt: Any = inputs
+        rendering = time.perf_counter()
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
             prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
         else:
             prompt = self._render(inputs, params, cap)
+        input_s = time.perf_counter() - rendering
         final = None
         if marks is not None and prompt is not inputs:
             # processed here: AsyncLLM sends it to the engine core before this task next suspends,
@@ -465,7 +496,7 @@ class VllmEngine(Engine):
             raise
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
-        return final
+        return final, input_s
 
     async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         """The points of a curve, each clip processed once, the longest first (vllm_curves)."""
@@ -491,7 +522,7 @@ class VllmEngine(Engine):
         cap = request.sampling.max_tokens_cap
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
-            final = await self._submit(
+            final, input_s = await self._submit(
                 request_id, inputs, params, marks, functools.partial(self.first_token, request.request_id), cap
             )
             failure = request_failure(final)
@@ -513,9 +544,14 @@ class VllmEngine(Engine):
             finish_reason=completion.finish_reason,
             engine_ms=(time.perf_counter() - started) * 1000,
         )
+        result.input_ms = input_s * 1000
         metrics = getattr(final, "metrics", None)  # engine-core timestamps, when vLLM logs stats
         if metrics is not None and getattr(metrics, "scheduled_ts", 0) and getattr(metrics, "queued_ts", 0):
             result.queue_ms = max(0.0, (metrics.scheduled_ts - metrics.queued_ts) * 1000)
+            first, last = getattr(metrics, "first_token_ts", 0.0), getattr(metrics, "last_token_ts", 0.0)
+            if first:
+                result.prefill_ms = max(0.0, (first - metrics.scheduled_ts) * 1000)
+                result.decode_ms = max(0.0, (last - first) * 1000) if last else 0.0
         if request.sampling.mode == "generate" and request.sampling.logprobs is not None:
             result.token_logprobs = _token_logprobs(completion, request.sampling.logprobs)
         if request.sampling.mode == "logprob":

@@ -1,0 +1,150 @@
+"""Where a benchmark batch spent its time, from the engine's own step log.
+
+    python -m reward_tools.steps_report BENCH.json STEPS.jsonl [--decode-tokens 256] [--out report.json]
+
+BENCH.json is `reward_tools.bench`'s output (each row keeps its median batch's start and end,
+`window`, on time.monotonic()), or `reward_tools.bench_curves`' (every repeat's window: one row
+per repeat); STEPS.jsonl is the server's step log (`--engine-option
+step_log=PATH`, vLLM: one line per engine step as its stat logger saw it, on the same clock).
+Per row, the batch is cut into phases:
+
+- `front_s`: the batch's start until the engine's first step (the client encoding and sending,
+  the server receiving and decoding, the first episode's input processing);
+- `prefill_s`: the first step until the step in which the last prompt got its first token
+  (while episodes keep arriving and their prompts are computed, early ones already decode);
+- `decode_s`: from there until the last step that produced a token (the remaining steps);
+- `tail_s`: the last step until the client had every answer.
+
+Also the number of steps in each phase and the median time between steps after the prefill
+(`step_ms`: one decode step of the whole batch), and the server's per-episode engine stages
+(means and largest: input processing, queue, prefill, decode). With a row of one new token (`gen1`,
+the prefill alone) and a row of K tokens in the same file, `goal_s` is (gen1's wall + K x the
+K row's step time) and `over_goal` the K row's wall against it, the measure issue 40 sets (<= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load_steps(path: str) -> list[dict]:
+    steps = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line:
+            steps.append(json.loads(line))
+    return sorted(steps, key=lambda s: s["t"])
+
+
+def phases(window: tuple[float, float], steps: list[dict]) -> dict:
+    """The phases of one batch (see the module's doc) from the steps inside its window."""
+    start, end = window
+    inside = [s for s in steps if start <= s["t"] <= end]
+    row: dict = {"wall_s": round(end - start, 4), "steps": len(inside)}
+    if not inside:
+        return row
+    producing = [s for s in inside if s.get("new_tokens", 0) or s.get("finished", 0)]
+    prefilled = [s for s in inside if s.get("prefilled", 0)]
+    first = inside[0]["t"]
+    prefill_end = prefilled[-1]["t"] if prefilled else first
+    last = producing[-1]["t"] if producing else inside[-1]["t"]
+    after = [s["t"] for s in inside if prefill_end <= s["t"] <= last]
+    gaps = [b - a for a, b in itertools.pairwise(after)]
+    row.update(
+        front_s=round(first - start, 4),
+        prefill_s=round(prefill_end - first, 4),
+        decode_s=round(last - prefill_end, 4),
+        tail_s=round(end - last, 4),
+        prefill_steps=sum(1 for s in inside if s["t"] <= prefill_end),
+        decode_steps=len(gaps),
+        step_ms=round(statistics.median(gaps) * 1000, 3) if gaps else None,
+        max_waiting=max((s.get("waiting", 0) for s in inside), default=0),
+        max_running=max((s.get("running", 0) for s in inside), default=0),
+    )
+    return row
+
+
+def curve_rows(curves: dict, steps: list[dict]) -> list[dict]:
+    """`reward_tools.bench_curves` output: one row per repeat (its own window), to show why
+    repeats of one K differ."""
+    rows = []
+    for r in curves["rows"]:
+        for i, window in enumerate(r.get("windows") or []):
+            row = {"path": r["way"], "style": f"K={r['k']} #{i + 1}", "n": r["n"]}
+            row.update(phases(tuple(window), steps))
+            row["engine_mean_ms"] = row["engine_max_ms"] = {}
+            rows.append(row)
+    return rows
+
+
+def report(bench: dict, steps: list[dict], decode_tokens: int) -> list[dict]:
+    if "rows" in bench and "results" not in bench:
+        return curve_rows(bench, steps)
+    rows = []
+    for r in bench["results"]:
+        row = {"path": r["path"], "style": r["style"], "n": r["n"], "repeats_s": r.get("repeats_s")}
+        row.update(phases(tuple(r.get("window") or (0.0, 0.0)), steps))
+        row["wall_s"] = round(r["wall_s"], 4)
+        row["engine_mean_ms"] = {k: round(v, 1) for k, v in (r.get("stages") or {}).items()}
+        row["engine_max_ms"] = {k: round(v, 1) for k, v in (r.get("stages_max") or {}).items()}
+        rows.append(row)
+    prefill_only = {(r["path"], r["n"]): r for r in rows if r["style"] == "gen1"}
+    for r in rows:
+        base = prefill_only.get((r["path"], r["n"]))
+        if base is not None and r["style"] == f"gen{decode_tokens}" and r.get("step_ms"):
+            r["goal_s"] = round(base["wall_s"] + decode_tokens * r["step_ms"] / 1000, 4)
+            r["over_goal"] = round(r["wall_s"] / r["goal_s"], 3)
+    return rows
+
+
+def _ms(stages: dict, key: str) -> str:
+    return f"{stages[key]:.0f}" if key in stages else "-"
+
+
+def _num(row: dict, key: str, fmt: str = ".2f") -> str:
+    return format(row[key], fmt) if row.get(key) is not None else "-"
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| path | style | N | wall s | front s | prefill s | decode s | tail s | steps (prefill/decode) "
+        "| step ms | input ms mean/max | queue ms | prefill ms | decode ms | goal s | / goal |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        mean, top = r["engine_mean_ms"], r["engine_max_ms"]
+        lines.append(
+            f"| {r['path']} | {r['style']} | {r['n']} | {r['wall_s']:.2f} | {_num(r, 'front_s')} "
+            f"| {_num(r, 'prefill_s')} | {_num(r, 'decode_s')} | {_num(r, 'tail_s')} "
+            f"| {r.get('prefill_steps', '-')}/{r.get('decode_steps', '-')} | {_num(r, 'step_ms', '.1f')} "
+            f"| {_ms(mean, 'input_ms')}/{_ms(top, 'input_ms')} | {_ms(mean, 'queue_ms')} | {_ms(mean, 'prefill_ms')} "
+            f"| {_ms(mean, 'decode_ms')} | {_num(r, 'goal_s')} | {_num(r, 'over_goal', '.3f')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_tools.steps_report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("bench", help="reward_tools.bench JSON")
+    parser.add_argument("steps", help="the server's step log (--engine-option step_log=PATH)")
+    parser.add_argument("--decode-tokens", type=int, default=256, help="K of the goal (gen1 + K decode steps)")
+    parser.add_argument("--out", help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+    rows = report(json.loads(Path(args.bench).read_text()), load_steps(args.steps), args.decode_tokens)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

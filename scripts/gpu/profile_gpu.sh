@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Issue 40's profiles on a lent GPU (device tool), after scripts/gpu/stage_vllm.sh: where a batch of
+# N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
+# per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
+#
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1|curves|ab     results under $RES, packed into $OUT
+#
+# primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
+#            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
+#            1.2x of gen1 + 256 decode steps).
+# primo_raw: the same prompts on the bare engine (LLM.generate), gen1 and gen256.
+# k1:        the Qwen profile, logprob (the hook path K = 1), median of REPEATS (5).
+# curves:    progress curves K = 1, 8, 16 (reward_tools.bench_curves, CURVE_REPEATS, default 4),
+#            every repeat's phases (why repeats differ).
+# ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
+#            preprocess_threads=16") on the hook path, STYLES (logprob), median of REPEATS (3), one
+#            server per row in turn, then the rows again in the same order (AB_ROUNDS, default 2),
+#            so each row is measured warm, twice, on episodes never sent before; one table.
+set -euo pipefail
+export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+RES=${RES:-/tmp/res}
+mkdir -p "$OUT" "$RES"
+CKPT=/tmp/ckpt7b
+[ -f $CKPT/config.json ] || python3 -m reward_server.tiny_checkpoint $CKPT --preset qwen2_5_vl_7b >/dev/null
+COMMON="--engine vllm --model-path $CKPT --dtype bfloat16 --max-model-len 8192 --log-level warning"
+COMMON="$COMMON --gpu-memory-utilization 0.85 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN"
+N=${N:-64}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RES/gpu.txt"
+
+serve_bench() {  # name, server flags, bench arguments...: one server, one bench, its phases
+  local name=$1 flags=$2
+  shift 2
+  local steps="$RES/${name}_steps.jsonl"
+  rm -f "$steps"
+  # shellcheck disable=SC2086  # flag lists
+  python3 -m reward_tools.bench --launch "$COMMON $flags --engine-option step_log=$steps" --paths hook_raw \
+    --n "$N" "$@" --out "$RES/$name.json" >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+  [ -f "$RES/$name.json" ] || { tail -20 "$RES/$name.log"; return 0; }
+  python3 -m reward_tools.steps_report "$RES/$name.json" "$steps" --decode-tokens "${DECODE:-256}" \
+    --out "$RES/${name}_phases.json" >"$RES/${name}_phases.md"
+  echo "## $name ($flags)"; cat "$RES/${name}_phases.md"
+}
+
+pack() {  # everything under $RES as one file (the device returns at most 8)
+  tar czf "$OUT/$1.tgz" -C "$RES" .
+}
+
+case "${1:?primo, primo_raw, k1, curves or ab}" in
+  primo)
+    serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 --warmup-batch $N" --styles gen1 gen256 gen1024 \
+      --repeats "${REPEATS:-3}"
+    ;;
+  primo_raw)
+    python3 -m reward_tools.bench_raw --engine vllm --backend PRIMO-R1 --model-path $CKPT --n "$N" \
+      --styles gen1 gen256 --repeats "${REPEATS:-3}" --max-num-batched-tokens 65536 \
+      --mm-encoder-attn-backend FLASH_ATTN --gpu-memory-utilization 0.85 --out "$RES/primo_raw.json" \
+      2>"$RES/primo_raw.log" | tee "$RES/primo_raw.txt"
+    ;;
+  k1)
+    serve_bench k1 "--warmup-batch $N" --styles logprob --repeats "${REPEATS:-5}"
+    ;;
+  curves)
+    steps="$RES/curves_steps.jsonl"
+    rm -f "$steps"
+    # shellcheck disable=SC2086  # flag lists
+    python3 -m reward_tools.bench_curves --launch "$COMMON --warmup-batch $N --engine-option step_log=$steps" \
+      --n "$N" --points 1 8 16 --repeats "${CURVE_REPEATS:-4}" --no-plain --no-voc \
+      --out "$RES/curves.json" >/dev/null 2>"$RES/curves.log" || echo "curves: errors (see curves.log)"
+    python3 -m reward_tools.curves_table "$RES/curves.json" | tee "$RES/curves_table.md"
+    python3 -m reward_tools.steps_report "$RES/curves.json" "$steps" --out "$RES/curves_phases.json" \
+      | tee "$RES/curves_phases.md"
+    ;;
+  ab)
+    IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
+    for round in $(seq "${AB_ROUNDS:-2}"); do
+      for row in "${rows[@]}"; do
+        serve_bench "ab_${row%%=*}_r$round" "--warmup-batch $N ${row#*=}" --styles ${STYLES:-logprob} \
+          --repeats "${REPEATS:-3}"
+      done
+    done
+    ;;
+  *) echo "unknown case $1" >&2; exit 2 ;;
+esac
+pack "$1"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Stage vLLM 0.24 and this project's extra wheels on a fresh lent GPU machine, in three device calls
+# back to back (a machine stays warm ~30 s between calls). Prepare the carries here first:
+#   bash ../shared/gpu/prepare_vllm_carry.sh .vx        # .vx/p1 p2 p3 (the vLLM recipe)
+#   .vx/x: av, httptools, orjson, loguru wheels for Python 3.12 (the server's decode workers import
+#          av; loguru for FP8), e.g. pip download --no-deps --only-binary=:all: --python-version 3.12 ...
+# then on the device:
+#   run(carry=[".vx/p1"]):          bash scripts/gpu/stage_vllm.sh 1
+#   run(carry=[".vx/p2"]):          bash scripts/gpu/stage_vllm.sh 2
+#   run(carry=[".vx/p3", ".vx/x"]): bash scripts/gpu/stage_vllm.sh 3 && <the measurement>
+# Step 3 installs into /tmp/site and writes the random-weight 7B-shaped checkpoint to /tmp/ckpt7b.
+set -euo pipefail
+case "${1:?1, 2 or 3}" in
+  1) mkdir -p /tmp/stage && cp -r .vx/p1/* /tmp/stage/ ;;
+  2) cp -r .vx/p2/* /tmp/stage/ ;;
+  3)
+    cp -r .vx/p3/* /tmp/stage/
+    bash .vx/p3/device_install.sh
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .vx/x/*.whl
+    export PYTHONPATH=/tmp/site:$PWD
+    [ -f /tmp/ckpt7b/config.json ] || python3 -m reward_server.tiny_checkpoint /tmp/ckpt7b --preset qwen2_5_vl_7b >/dev/null
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    ;;
+  *) echo "stage 1, 2 or 3" >&2; exit 2 ;;
+esac

@@ -1,0 +1,53 @@
+"""reward_tools.steps_report: a batch's phases cut from an engine step log (fast tier, no engine)."""
+
+from __future__ import annotations
+
+import json
+
+from reward_tools.steps_report import main, phases, report
+
+
+def _steps(start: float) -> list[dict]:
+    """4 episodes arriving over 3 steps (their prompts done at steps 1-3), then 8 decode steps of 5 ms."""
+    steps = [{"t": start + 0.10, "running": 1, "waiting": 3, "prefilled": 1, "new_tokens": 1}]
+    steps.append({"t": start + 0.20, "running": 3, "waiting": 1, "prefilled": 2, "new_tokens": 3})
+    steps.append({"t": start + 0.30, "running": 4, "waiting": 0, "prefilled": 1, "new_tokens": 4})
+    for i in range(1, 9):
+        steps.append(
+            {"t": start + 0.30 + 0.005 * i, "running": 4, "waiting": 0, "new_tokens": 4, "finished": 4 * (i == 8)}
+        )
+    return steps
+
+
+def test_phases_split_front_prefill_decode_tail():
+    row = phases((10.0, 10.5), [{"t": 9.0, "new_tokens": 1}, *_steps(10.0), {"t": 11.0, "new_tokens": 1}])
+    assert row["front_s"] == 0.1  # nothing in the engine before its first step
+    assert row["prefill_s"] == 0.2  # until the last prompt's first token
+    assert row["decode_s"] == 0.04  # 8 decode steps of 5 ms
+    assert row["tail_s"] == 0.16
+    assert row["decode_steps"] == 8 and row["step_ms"] == 5.0
+    assert row["steps"] == 11 and row["max_waiting"] == 3  # steps outside the window are not counted
+
+
+def test_goal_is_prefill_alone_plus_k_steps(tmp_path):
+    bench = {
+        "results": [
+            {"path": "hook_raw", "style": "gen1", "n": 4, "wall_s": 0.4, "window": [10.0, 10.4], "stages": {}},
+            {"path": "hook_raw", "style": "gen8", "n": 4, "wall_s": 0.5, "window": [20.0, 20.5], "stages": {}},
+        ]
+    }
+    steps = _steps(10.0) + _steps(20.0)
+    rows = report(bench, steps, decode_tokens=8)
+    gen8 = rows[1]
+    assert gen8["goal_s"] == 0.44  # 0.4 + 8 x 5 ms
+    assert gen8["over_goal"] == round(0.5 / 0.44, 3)
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(s) for s in steps))
+    assert main([str(tmp_path / "b.json"), str(tmp_path / "s.jsonl"), "--decode-tokens", "8"]) == 0
+
+
+def test_curves_give_one_row_per_repeat():
+    curves = {"rows": [{"way": "curve", "k": 8, "n": 4, "windows": [[10.0, 10.5], [20.0, 20.5]]}]}
+    rows = report(curves, _steps(10.0) + _steps(20.0), decode_tokens=256)
+    assert [r["style"] for r in rows] == ["K=8 #1", "K=8 #2"]
+    assert rows[1]["front_s"] == 0.1
