@@ -9,8 +9,10 @@ per request, the model name) are checked by the server. Fields other OpenAI-comp
 accept and this one does not model are ignored, except those that would change the answer if
 silently dropped (`tools`, `response_format` other than text, `logit_bias`, `add_generation_prompt:
 false`, ...): those are refused by the server with a message naming them. The answer's semantics
-are `vllm serve`'s: random sampling unless a seed is given, raw log-probabilities, `max_tokens`
-defaulting to the context left, every message rendered by the model's chat template as sent.
+are `vllm serve`'s: sampling fields a request leaves unset taken from the checkpoint's generation
+config (then OpenAI's neutral values), random sampling unless a seed is given, raw
+log-probabilities, `max_tokens` defaulting to the context left, every message rendered by the
+model's chat template as sent.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ UNSUPPORTED_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "thinking_token_budget": ("a thinking token budget", ()),
     "reasoning_effort": ("reasoning_effort", ()),
     "vllm_xargs": ("vllm_xargs", ()),
+    "media_io_kwargs": ("per-request media loading arguments (frames sampled from a video, ...)", ()),
+    "repetition_detection": ("repetition detection (it ends an answer early)", ()),
+    "return_token_ids": ("token ids in the answer", (False,)),
+    "return_prompt_text": ("the rendered prompt in the answer", (False,)),
 }
 
 
@@ -153,7 +159,13 @@ class ChatCompletionRequest(BaseModel):
 
     model: str | None = Field(default=None, max_length=1024, description="must name the served model when given")
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="default 1.0 (OpenAI's)")
+    temperature: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=2.0,
+        description="unset: the server's --temperature, else the checkpoint's generation config, else 1.0 "
+        "(as vllm serve)",
+    )
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1, le=1_000_000, description="0 or -1: off")
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -172,7 +184,13 @@ class ChatCompletionRequest(BaseModel):
         default=None, ge=1, le=MAX_CHOICES, description="choices; with a seed, choice i samples with seed + i (as vLLM)"
     )
     logprobs: bool | None = Field(default=None, description="log-probabilities of the generated tokens")
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=-1,
+        le=MAX_TOP_LOGPROBS,
+        description="alternatives per token, with logprobs: true (0 or unset without it); -1 (the whole "
+        "vocabulary) is refused as vllm serve refuses it at its default --max-logprobs 20",
+    )
     allowed_token_ids: list[int] | None = Field(default=None, max_length=MAX_ALLOWED_TOKEN_IDS)
     stream: bool | None = Field(default=None, description="streaming is not built: true is refused (400)")
     response_format: dict[str, Any] | None = Field(default=None, description="only {'type': 'text'}")

@@ -259,12 +259,149 @@ def test_the_official_openai_client(server):
         ({"temperature": 3}, 400, "bad_request", "temperature"),
         ({"top_logprobs": 21, "logprobs": True}, 400, "bad_request", "top_logprobs"),
         ({"stop": [""]}, 400, "bad_request", "stop"),
+        # vLLM's answers: top_logprobs other than 0 needs logprobs; -1 (the vocabulary) is past 20
+        ({"top_logprobs": -1}, 400, "bad_request", "top_logprobs"),
+        ({"top_logprobs": -1, "logprobs": True}, 400, "bad_request", "top_logprobs"),
+        ({"top_logprobs": -2, "logprobs": True}, 400, "bad_request", "top_logprobs"),
+        ({"stream_options": {"include_usage": True}}, 400, "bad_request", "stream_options"),
+        # vLLM honours these and they change the answer: refused by name, never ignored
+        ({"media_io_kwargs": {"video": {"num_frames": 4}}}, 400, "bad_request", "media_io_kwargs"),
+        ({"repetition_detection": {"max_pattern_size": 4, "min_count": 3}}, 400, "bad_request", "repetition_detection"),
+        ({"return_token_ids": True}, 400, "bad_request", "return_token_ids"),
         ({"messages": [{"role": "user", "content": 5}]}, 400, "bad_request", "messages[0].content"),
     ],
 )
 def test_options_out_of_bounds_are_refused_in_openai_shape(server, extra, status, code, param):
     r = post(f"{server.url}{CHAT}", json={**chat_body(), **extra})
     assert openai_error(r, status, code)["param"] == param
+
+
+def test_fields_vllm_accepts_as_neutral_are_accepted(server):
+    """top_logprobs 0 without logprobs (no log-probabilities), empty or null stream_options with
+    stream false, and the neutral values of refused fields: 200, as vllm serve."""
+    for extra in (
+        {"top_logprobs": 0},
+        {"stream_options": None},
+        {"stream_options": {}},
+        {"media_io_kwargs": None},
+        {"return_token_ids": False},
+        {"top_logprobs": 0, "logprobs": True},
+    ):
+        r = post(f"{server.url}{CHAT}", json={**chat_body(), **extra})
+        assert r.status_code == 200, (extra, r.text)
+        logprobs = r.json()["choices"][0]["logprobs"]
+        if extra.get("logprobs"):
+            assert all(t["top_logprobs"] == [] for t in logprobs["content"])
+        else:
+            assert logprobs is None
+
+
+GENERATION_CONFIG = {  # the sampling fields of a released instruction checkpoint's generation_config.json
+    "do_sample": True,
+    "temperature": 0.1,
+    "top_p": 0.001,
+    "top_k": 1,
+    "repetition_penalty": 1.05,
+    "max_new_tokens": 24,
+    "bos_token_id": 1,
+}
+
+
+def _checkpoint_dir(tmp_path, config: dict):
+    path = tmp_path / "instruct-ckpt"
+    path.mkdir()
+    (path / "generation_config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_unset_sampling_fields_come_from_the_checkpoints_generation_config(tmp_path):
+    """As vllm serve (generation_config auto): a field the request leaves unset takes the checkpoint's
+    generation_config.json value (max_new_tokens: max_tokens, at most --max-tokens-limit), a field
+    the request sets keeps its value, fields the file leaves unset stay OpenAI's neutral ones; the
+    server's --temperature / --top-p come before the checkpoint's."""
+    path = _checkpoint_dir(tmp_path, GENERATION_CONFIG)
+    with InProcessServer(model_path=str(path), max_tokens_limit=16) as s:
+        r = post(f"{s.url}{CHAT}", json=chat_body())
+        assert r.status_code == 200, r.text
+        d = s.engine.seen[-1].sampling
+        assert (d.temperature, d.top_p, d.top_k, d.repetition_penalty) == (0.1, 0.001, 1, 1.05)
+        assert (d.min_p, d.presence_penalty, d.frequency_penalty) == (0.0, 0.0, 0.0)
+        assert d.max_tokens == 16  # 24 from the file, capped by --max-tokens-limit
+        sent = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "max_tokens": 5}
+        assert post(f"{s.url}{CHAT}", json={**chat_body(), **sent}).status_code == 200
+        d = s.engine.seen[-1].sampling
+        assert (d.temperature, d.top_p, d.top_k, d.repetition_penalty, d.max_tokens) == (1.0, 1.0, 0, 1.0, 5)
+    with InProcessServer(model_path=str(path), temperature=0.6, top_p=0.9) as s:
+        assert post(f"{s.url}{CHAT}", json=chat_body()).status_code == 200
+        d = s.engine.seen[-1].sampling
+        assert (d.temperature, d.top_p, d.top_k, d.max_tokens) == (0.6, 0.9, 1, 24)
+
+
+@pytest.mark.slow
+def test_sampling_and_refusals_equal_vllm_serves_for_the_same_checkpoint(tmp_path):
+    """vLLM's own code decides beside this server: its ChatCompletionRequest validation (accepted or
+    400, and the field it names) and, for an accepted body, the SamplingParams its chat route builds
+    with the default sampling parameters it reads from the same checkpoint (ModelConfig's
+    get_diff_sampling_param over vLLM's generation-config reader; the ModelConfig itself, which
+    needs a whole model, is a namespace with the two settings that method reads)."""
+    from types import SimpleNamespace
+
+    from vllm.config.model import ModelConfig
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.exceptions import VLLMClientError
+    from vllm.transformers_utils.config import try_get_generation_config
+
+    path = _checkpoint_dir(tmp_path, {**GENERATION_CONFIG, "min_p": 0.05, "presence_penalty": 0.5})
+    model_config = SimpleNamespace(
+        generation_config="auto",
+        override_generation_config={},
+        try_get_generation_config=lambda: try_get_generation_config(str(path), False).to_diff_dict(),
+    )
+    vllm_defaults = ModelConfig.get_diff_sampling_param(model_config)
+    logprob_limits = SimpleNamespace(max_logprobs=20, get_vocab_size=lambda: 1000)
+    bodies = [
+        {},
+        {"temperature": 0.7, "top_k": 0, "min_p": 0.0},
+        {"top_p": 0.5, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.3},
+        {"top_logprobs": 0},
+        {"logprobs": True, "top_logprobs": 3, "max_tokens": 7},
+        {"top_logprobs": -1},
+        {"top_logprobs": -1, "logprobs": True},
+        {"top_logprobs": -2, "logprobs": True},
+        {"top_logprobs": 2},
+        {"stream_options": {"include_usage": True}},
+        {"stream_options": {}},
+        {"tools": []},
+    ]
+    with InProcessServer(model_path=str(path), max_tokens_limit=64) as s:
+        for extra in bodies:
+            body = {**chat_body(), **extra}
+            want, refused = None, None
+            try:
+                request = ChatCompletionRequest.model_validate(body)
+                want = request.to_sampling_params(64, vllm_defaults)
+                want._validate_logprobs(logprob_limits)  # vllm serve's default --max-logprobs
+            except (ValueError, VLLMClientError) as exc:  # vllm serve answers both 400
+                refused = exc
+            r = post(f"{s.url}{CHAT}", json=body)
+            if refused is not None:
+                assert r.status_code == 400, (extra, r.text)
+                param = r.json()["error"]["param"]
+                named = getattr(refused, "parameter", None)
+                # one difference: past the log-probability limit vLLM names logprobs, this server the
+                # field that asked for them (as for top_logprobs 21)
+                assert param == named or named == "logprobs" == param.removeprefix("top_") or (
+                    named is None and param in str(refused)
+                ), (extra, r.json(), refused)
+                continue
+            assert r.status_code == 200, (extra, r.text)
+            got = s.engine.seen[-1].sampling
+            for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+                assert getattr(got, name) == pytest.approx(getattr(want, name)), (extra, name)
+            for name in ("presence_penalty", "frequency_penalty"):
+                assert getattr(got, name) == pytest.approx(getattr(want, name)), (extra, name)
+            assert got.logprobs == want.logprobs, extra
+            assert got.max_tokens == min(64, extra.get("max_tokens", vllm_defaults["max_tokens"]))
 
 
 @pytest.mark.parametrize(

@@ -209,3 +209,45 @@ def test_vllm_is_driven_through_its_supported_api(vllm_server):
     paths = ("AsyncLLM", "InputProcessor", "Renderer", "EngineCoreRequest", "process_inputs", "raw prompt")
     deprecated = [line for line in log.splitlines() if "deprecated" in line and any(p in line for p in paths)]
     assert not deprecated, deprecated
+
+
+# the sampling fields a released instruction checkpoint sets (Qwen2.5-VL's set top_k 1 and a
+# repetition penalty), and max_new_tokens
+INSTRUCT_DEFAULTS = {"do_sample": True, "top_k": 1, "repetition_penalty": 1.05, "max_new_tokens": 3}
+
+
+@pytest.fixture(scope="module", params=["vllm", "hf"])
+def instruct_server(request, tiny_checkpoint, video_dir, tmp_path_factory):
+    """The tiny checkpoint with sampling defaults in its generation_config.json (the weights and
+    tokenizer linked), served by each engine without a warm-up."""
+    import json
+    from pathlib import Path
+
+    from tests.conftest import start_server
+
+    path = tmp_path_factory.mktemp("instruct") / "tiny-instruct"
+    path.mkdir()
+    for item in Path(tiny_checkpoint).iterdir():
+        (path / item.name).symlink_to(item)
+    config = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").unlink()
+    (path / "generation_config.json").write_text(json.dumps({**config, **INSTRUCT_DEFAULTS}))
+    flags = ["--engine", request.param, "--no-warmup", "--served-model-name", "tiny"]
+    server = start_server(flags, str(path), video_dir, tmp_path_factory.mktemp("logs"))
+    yield server
+    server.stop()
+
+
+def test_unset_sampling_fields_take_the_checkpoints_generation_config(instruct_server):
+    """As vllm serve: a request that leaves temperature, top_k and max_tokens unset samples with the
+    checkpoint's top_k 1 (the same answer every time, though unseeded) for max_new_tokens tokens;
+    the same request with top_k -1 and temperature 1.0 samples (answers differ) and sets its own
+    max_tokens."""
+    body = {"messages": SAY, "ignore_eos": True}
+    plain = [post(f"{instruct_server.url}{CHAT}", json=body, timeout=300).json() for _ in range(3)]
+    assert {p["usage"]["completion_tokens"] for p in plain} == {3}
+    assert len({texts(p)[0] for p in plain}) == 1, [texts(p) for p in plain]
+    free = {**body, "top_k": -1, "temperature": 1.0, "max_tokens": 8}
+    sampled = [post(f"{instruct_server.url}{CHAT}", json=free, timeout=300).json() for _ in range(3)]
+    assert {s["usage"]["completion_tokens"] for s in sampled} == {8}
+    assert len({texts(s)[0] for s in sampled}) > 1, [texts(s) for s in sampled]

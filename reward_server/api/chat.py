@@ -17,10 +17,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from reward_client.openai_chat import (
+    MAX_TOP_LOGPROBS,
     UNSUPPORTED_FIELDS,
     ChatChoice,
     ChatCompletionMessage,
@@ -58,7 +60,17 @@ from reward_server.profiles import UnsupportedOption
 
 logger = logging.getLogger(__name__)
 
-OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (and the server set none)
+# OpenAI's neutral values, for a field the request, the server's flags and the checkpoint's
+# generation config all leave unset (vLLM's chat defaults)
+NEUTRAL = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
 # apply_chat_template's own arguments: not template variables, so not settable through chat_template_kwargs
 _TEMPLATE_ARGUMENTS = frozenset(
     {
@@ -111,6 +123,23 @@ class ChatCompletions:
         self.model_name = settings.effective_served_model_name()
         self.answers_to = {self.model_name, *([settings.model_path] if settings.model_path else [])}
         self.created = int(time.time())
+        self._defaults: dict[str, Any] | None = None
+
+    def defaults(self) -> dict[str, Any]:
+        """Sampling values for fields a request leaves unset (the engine is started: requests are
+        admitted only then): the server's --temperature / --top-p (the operator's override, as
+        vLLM's --override-generation-config), else the checkpoint's generation config."""
+        if self._defaults is None:
+            settings = self.service.settings
+            defaults = dict(self.service.engine.sampling_defaults())
+            if settings.temperature is not None:
+                defaults["temperature"] = settings.temperature
+            if settings.top_p is not None:
+                defaults["top_p"] = settings.top_p
+            if defaults:
+                logger.info("chat requests that leave these unset get: %s", defaults)
+            self._defaults = defaults
+        return self._defaults
 
     # --- routes -------------------------------------------------------------------------------
 
@@ -160,6 +189,10 @@ class ChatCompletions:
         fmt = (req.response_format or {}).get("type", "text")
         if fmt != "text":
             raise _bad(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
+        if (req.model_extra or {}).get("tools") == []:  # vLLM's rule (and OpenAI's)
+            raise _bad("tools must not be an empty array; leave it out", "tools")
+        if (req.model_extra or {}).get("stream_options"):  # vLLM's rule: any options but empty ones
+            raise _bad("stream_options can only be set with stream: true", "stream_options")
         for name, (what, _) in UNSUPPORTED_FIELDS.items():
             value = (req.model_extra or {}).get(name)
             if not is_neutral(name, value):
@@ -188,8 +221,18 @@ class ChatCompletions:
                 ),
                 param,
             )
-        if req.top_logprobs is not None and not req.logprobs:
+        # vLLM's rules: top_logprobs 0 means none and needs nothing; any other value needs logprobs;
+        # -1 (the whole vocabulary) is beyond vllm serve's default --max-logprobs 20, as here
+        if req.top_logprobs and not req.logprobs:
             raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+        if req.top_logprobs == -1:
+            vocab_size = engine.vocab_size()
+            raise _bad(
+                f"top_logprobs -1 asks for every token of the vocabulary ({vocab_size or 'all'}); this server "
+                f"returns at most {MAX_TOP_LOGPROBS} alternatives per token (as vllm serve at its default "
+                "--max-logprobs)",
+                "top_logprobs",
+            )
         if max_tokens is not None and req.min_tokens > max_tokens:
             raise _bad(f"min_tokens {req.min_tokens} is more than {param} {max_tokens}", "min_tokens")
         ids = tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
@@ -217,25 +260,29 @@ class ChatCompletions:
                     ),
                     name,
                 )
-        if req.temperature is not None:
-            temperature = req.temperature
-        else:
-            temperature = OPENAI_TEMPERATURE if settings.temperature is None else settings.temperature
+        # vLLM's order: the request's value, the server's default (generation config), OpenAI's
+        defaults = self.defaults()
+        value = {
+            name: requested if (requested := getattr(req, name)) is not None else defaults.get(name, neutral)
+            for name, neutral in NEUTRAL.items()
+        }
+        if max_tokens is None and "max_tokens" in defaults:  # the checkpoint's max_new_tokens
+            max_tokens = min(int(defaults["max_tokens"]), settings.max_tokens_limit)
         return Sampling(
             mode="generate",
             max_tokens=max_tokens,
             max_tokens_cap=settings.max_tokens_limit,
-            temperature=temperature,
-            top_p=req.top_p or settings.top_p or 1.0,
+            temperature=value["temperature"],
+            top_p=value["top_p"],
             seed=req.seed,
             stop=req.stop_list(),
             logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             allowed_token_ids=ids,
-            top_k=max(0, req.top_k or 0),
-            min_p=req.min_p or 0.0,
-            repetition_penalty=req.repetition_penalty or 1.0,
-            presence_penalty=req.presence_penalty or 0.0,
-            frequency_penalty=req.frequency_penalty or 0.0,
+            top_k=max(0, value["top_k"]),  # -1 and 0: off
+            min_p=value["min_p"],
+            repetition_penalty=value["repetition_penalty"],
+            presence_penalty=value["presence_penalty"],
+            frequency_penalty=value["frequency_penalty"],
             ignore_eos=req.ignore_eos,
             min_tokens=req.min_tokens,
             stop_token_ids=stop_ids,

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from reward_server.engines.generation_defaults import checkpoint_sampling_defaults
 from reward_server.engines.io import EngineOutput, EngineRequest
 
 logger = logging.getLogger(__name__)
@@ -277,6 +278,21 @@ class Engine(ABC):
         """Memory the engine keeps on purpose beyond the model and its KV cache (vLLM's processor
         cache), for /stats and /metrics; empty if it keeps none."""
         return {}
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        """What a chat request that leaves a sampling field unset gets instead of OpenAI's neutral
+        value (after start): the checkpoint's generation config, as `vllm serve` reads it
+        (generation_defaults.py). A default this engine cannot apply is left out, with a warning."""
+        defaults = checkpoint_sampling_defaults(self.config.model_path)
+        dropped = {k: v for k, v in defaults.items() if k in SAMPLING_OPTIONS and k not in self.sampling_options}
+        if dropped:
+            logger.warning(
+                "the checkpoint's generation config sets %s, which the %s engine cannot apply; chat requests "
+                "that leave them unset run without them (--engine vllm applies them)",
+                dropped,
+                self.name,
+            )
+        return {k: v for k, v in defaults.items() if k not in dropped}
 
     @abstractmethod
     async def check_health(self) -> None:

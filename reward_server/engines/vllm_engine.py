@@ -427,6 +427,11 @@ class VllmEngine(Engine):
     def vocab_size(self) -> int | None:
         return len(self._processor.tokenizer) if self._processor is not None else None
 
+    def sampling_defaults(self) -> dict[str, Any]:
+        """vLLM's own reading of the checkpoint's generation config: what `vllm serve` with the same
+        engine options (`generation_config`, `override_generation_config`) applies."""
+        return dict(self._llm.model_config.get_diff_sampling_param())
+
     def _render(self, inputs: dict, params: Any, cap: int | None) -> Any:
         """vLLM's input processing for one request (its HF processor: the costly part), through its
         renderer; the engine input AsyncLLM.generate takes. A request that left max_tokens unset
