@@ -390,8 +390,10 @@ def test_sampling_and_refusals_equal_vllm_serves_for_the_same_checkpoint(tmp_pat
                 named = getattr(refused, "parameter", None)
                 # one difference: past the log-probability limit vLLM names logprobs, this server the
                 # field that asked for them (as for top_logprobs 21)
-                assert param == named or named == "logprobs" == param.removeprefix("top_") or (
-                    named is None and param in str(refused)
+                assert (
+                    param == named
+                    or named == "logprobs" == param.removeprefix("top_")
+                    or (named is None and param in str(refused))
                 ), (extra, r.json(), refused)
                 continue
             assert r.status_code == 200, (extra, r.text)
