@@ -10,6 +10,9 @@ Options (`EngineConfig.options`, or `--engine-option key=value` on the command l
 - `answer` (default "{score}"): the text answered; `{score}` is the mean brightness of the last
   frame (or, with no video, the last image) on a 0-100 scale, so brighter final frames score
   higher (tests can steer the score). Prompt tokens: 10 per frame or image plus the words.
+- `answer_words` (default ""): comma-separated words; when set, the text answered is one of them
+  picked by that brightness (the darkest third of the scale the first word, and so on), so a test
+  can steer a worker that reads words (RLinf's trend parser: "negative,unclear,positive").
 - `fail_on` (default ""): a task-text fragment that makes the engine raise (an engine error);
   `refuse_on`: one that fails just that request as retryable (EngineRequestFailed, as vLLM's
   request-level errors end); `refuse_once_on`: the same, but only the first time a given prompt
@@ -59,6 +62,7 @@ class FakeEngine(Engine):
         self.empty_on = str(o.get("empty_on", ""))
         self.nan_logprob_on = str(o.get("nan_logprob_on", ""))
         self.split_words = {w for w in str(o.get("split_words", "")).split(",") if w}
+        self.answer_words = [w for w in str(o.get("answer_words", "")).split(",") if w]
         self.started = False
         self.dead: str | None = None
         self.seen: list[EngineRequest] = []  # every request, in arrival order (tests read it)
@@ -127,7 +131,10 @@ class FakeEngine(Engine):
             if self.nan_logprob_on and self.nan_logprob_on in text:
                 out.logprob_positive = math.nan
         else:
-            out.text = self.answer.format(score=round(brightness * 100))
+            if self.answer_words:
+                out.text = self.answer_words[min(int(brightness * len(self.answer_words)), len(self.answer_words) - 1)]
+            else:
+                out.text = self.answer.format(score=round(brightness * 100))
             if s.logprobs is not None:
                 out.token_logprobs = [
                     TokenLogprob(out.text, -0.5, tuple((f"alt{i}", -1.0 - i) for i in range(s.logprobs)))
