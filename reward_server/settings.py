@@ -66,8 +66,18 @@ class ServerSettings(BaseModel):
         description="vllm: capture the vision encoder in CUDA graphs (newer vLLM; crashes vLLM 0.24 on Qwen2.5-VL "
         "video at the first batch: do not use it there)",
     )
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="default: the profile's")
-    top_p: float | None = Field(None, gt=0.0, le=1.0, description="default: the profile's")
+    temperature: float | None = Field(
+        None,
+        ge=0.0,
+        le=2.0,
+        description="default: the profile's; chat requests that leave it unset get it before the checkpoint's",
+    )
+    top_p: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="default: the profile's; chat requests that leave it unset get it before the checkpoint's",
+    )
     max_tokens: int | None = Field(None, ge=1, le=8192, description="new tokens; default: the profile's")
     max_tokens_limit: int = Field(4096, ge=1, le=65536, description="the most new tokens a request may ask for")
     score_mode: ScoreMode | None = Field(None, description="default score_mode for requests that name none")
