@@ -1,25 +1,22 @@
-"""Error types and how each becomes an HTTP answer: one table (ERROR_TYPES) names every `error.type`,
-its status, the classes that raise it and when; one handler per class, no internals leaked."""
+"""Error types: one table (ERROR_TYPES) names every `error.type`, its status, the classes that raise
+it and when, and the body each is answered with; no internals leaked. The HTTP layer turns them
+into responses (http/errors.py)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
 from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
 from reward_client.progress import ProgressPointsError
 from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
 from reward_server.core.admission import Overloaded, TooMuchForServer
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
+from reward_server.field_errors import FieldError
 from reward_server.http.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.media.decode_pool import WorkerDied
 from reward_server.media.decoded_budget import DecodedTooLarge
-from reward_server.media.decoding import InvalidBody, validation_message
+from reward_server.media.decoding import InvalidBody
 from reward_server.media.images import ImageError, ImageTooLarge
 from reward_server.media.paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
 from reward_server.media.video import VideoError, VideoTooLarge
@@ -30,7 +27,7 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_S = 1
 
 
-class BadRequest(ValueError):
+class BadRequest(FieldError, ValueError):
     """The request cannot be served as sent; the message says what to change."""
 
 
@@ -54,7 +51,7 @@ class DeadlineExceeded(TimeoutError):
     pass
 
 
-class NotFound(LookupError):
+class NotFound(FieldError, LookupError):
     """The request names something this server does not have (a model under /v1)."""
 
 
@@ -241,11 +238,11 @@ ERROR_TYPES: list[ErrorType] = [
 BY_TYPE = {e.type: e for e in ERROR_TYPES}
 
 # exception class -> (HTTP status, error type); the first match in order wins
-_CLASSES: list[tuple[type[BaseException], int, str]] = [(c, e.status, e.type) for e in ERROR_TYPES for c in e.classes]
+CLASSES: list[tuple[type[BaseException], int, str]] = [(c, e.status, e.type) for e in ERROR_TYPES for c in e.classes]
 
 
 def classify(exc: BaseException) -> tuple[int, ItemError]:
-    for cls, status, kind in _CLASSES:
+    for cls, status, kind in CLASSES:
         if isinstance(exc, cls):
             return status, ItemError(type=kind, message=str(exc), retryable=status in RETRYABLE_STATUSES)
     logger.error("internal error", exc_info=exc)
@@ -261,47 +258,3 @@ def render_error(status: int, error: ItemError, path: str = "", param: str | Non
         body = OpenAIError(message=error.message, type=openai_error_type(status), param=param, code=error.type)
         return OpenAIErrorBody(error=body).model_dump()
     return ErrorBody(error=error).model_dump()
-
-
-def error_response(exc: BaseException, path: str = "") -> JSONResponse:
-    status, error = classify(exc)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
-    if status == 401:
-        headers = {"WWW-Authenticate": "Bearer"}
-    if status in (408, 411, 413):
-        headers = {"Connection": "close"}  # the rest of the body is not read
-    if getattr(exc, "close_connection", False):  # refused mid-body (a 503 the client retries)
-        headers = {**(headers or {}), "Connection": "close"}
-    param = getattr(exc, "param", None)
-    return JSONResponse(render_error(status, error, path, param), status_code=status, headers=headers)
-
-
-# routing errors (no such route, wrong method) in the product's shape rather than Starlette's
-_HTTP_TYPES = {404: BY_TYPE["not_found"].type, 405: BY_TYPE["method_not_allowed"].type}
-
-
-def install_handlers(app: FastAPI) -> None:
-    async def handle(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc, request.url.path)
-
-    async def handle_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        path, status = request.url.path, exc.status_code
-        if status == 404:
-            message = f"no route {path!r}; GET /openapi.json lists the routes"
-        elif status == 405:
-            allowed = (exc.headers or {}).get("Allow", "")
-            message = f"{request.method} is not allowed on {path!r}" + (f"; allowed: {allowed}" if allowed else "")
-        else:
-            message = str(exc.detail)
-        error = ItemError(type=_HTTP_TYPES.get(status, "http_error"), message=message)
-        return JSONResponse(render_error(status, error, path), status_code=status, headers=exc.headers)
-
-    app.add_exception_handler(StarletteHTTPException, handle_http)
-
-    async def handle_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # routes read their bodies themselves (media/decoding.py); this covers anything FastAPI validates
-        return error_response(InvalidBody(validation_message(exc.errors())), request.url.path)
-
-    app.add_exception_handler(RequestValidationError, handle_validation)
-    for cls, _, _ in _CLASSES:
-        app.add_exception_handler(cls, handle)

@@ -1,1 +1,3 @@
-"""The API dialects the server speaks over its one core: OpenAI's chat completions (chat)."""
+"""The API dialects the server speaks over its one core: /score and /score/batch (score), OpenAI's
+chat completions (chat). Each translates its protocol; the core admits the work and keeps the
+deadline."""

@@ -2,7 +2,7 @@
 
 A thin layer: the body is read, admitted and parsed as /score bodies are, the request's images
 and video are decoded in the same decode workers within the same budgets, and the engine request
-goes through the service's one admission and deadline path (`RewardService.chat`) to the same
+goes through the core's one admission and deadline entry (`RewardService.run`) to the same
 engine, where it is batched with scoring requests. What differs is only the protocol: the
 prompt is the client's own chat (no scoring profile's prompt or parser), and the answer is the
 model's text in OpenAI's shape. Streaming is not built: `stream: true` is refused.
@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -94,17 +94,6 @@ _TEMPLATE_ARGUMENTS = frozenset(
 MIN_LOGPROB = -9999.0  # JSON has no -inf; OpenAI-compatible servers report this floor instead
 
 
-def _bad(message: str, param: str) -> BadRequest:
-    exc = BadRequest(message)
-    exc.param = param  # type: ignore[attr-defined]
-    return exc
-
-
-def _with_param(exc: Exception, param: str) -> Exception:
-    exc.param = param  # type: ignore[attr-defined]
-    return exc
-
-
 @dataclass
 class _Prompt:
     """A chat request's messages as the engine wants them, and the media still to decode."""
@@ -150,9 +139,9 @@ class ChatCompletions:
     async def complete(self, reader: BodyReader, started: float) -> ChatCompletionResponse:
         body = await reader.read_all()
         try:
-            req: ChatCompletionRequest = await self.service.parse_body(parse_chat_json, body)
+            req: ChatCompletionRequest = await self.service.preparer.parse(parse_chat_json, body)
         except InvalidBody as exc:  # OpenAI's and vLLM's status for a field that fails validation
-            raise _bad(str(exc), exc.param) from None  # type: ignore[arg-type]
+            raise BadRequest(str(exc), exc.param) from None
         sampling = self.sampling(req)
         prompt = self.prompt(req)
         n = req.n or 1
@@ -161,45 +150,71 @@ class ChatCompletions:
         async def build(choice: int) -> EngineRequest:
             nonlocal media
             if media is None:  # decoded once for every choice
-                media = asyncio.ensure_future(self.service.decode_media(prompt.media))
+                media = asyncio.ensure_future(self.service.preparer.media(prompt.media))
             try:
                 decoded: ChatMedia = await asyncio.shield(media)
             except DecodedTooLarge as exc:
-                raise _with_param(exc, "messages") from None
+                raise exc.at("messages") from None
             # vLLM's rule for n > 1: choice i samples with seed + i
             seed = sampling.seed + choice if sampling.seed is not None else None
             return self._engine_request(prompt, decoded.arrays, replace(sampling, seed=seed))
 
         try:
-            outputs = await self.service.chat([_bind(build, i) for i in range(n)], started)
+            outputs = await self._generate([_bind(build, i) for i in range(n)], started)
         finally:
             if media is not None:
                 _give_back(media)
         return self.response(outputs)
 
+    async def _generate(
+        self, choices: Sequence[Callable[[], Awaitable[EngineRequest]]], started: float
+    ) -> list[EngineOutput]:
+        """A chat request's choices (n of them) through the core's one entry (admission, deadline,
+        cancellation): each builds its engine request (decoding the media) and is one unit of
+        --max-queue, counted as chat, not as episodes. The first failure is the answer."""
+        engine, metrics = self.service.engine, self.service.metrics
+
+        def run(build: Callable[[], Awaitable[EngineRequest]]) -> Callable[[], Awaitable[EngineOutput]]:
+            async def one() -> EngineOutput:
+                request = await build()
+                request.request_id = uuid.uuid4().hex
+                return await engine.generate(request)
+
+            return one
+
+        results = await self.service.run("chat", [run(b) for b in choices], started)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        outputs: list[EngineOutput] = results  # type: ignore[assignment]
+        for output in outputs:
+            metrics.chat_requests.labels(output.finish_reason or "stop").inc()
+        metrics.chat_latency.observe(time.perf_counter() - started)
+        return outputs
+
     # --- request -> engine request ------------------------------------------------------------
 
     def _check_protocol(self, req: ChatCompletionRequest) -> None:
         if req.stream:
-            raise _bad("streaming (stream: true) is not built in this server; send stream: false or omit it", "stream")
-        if req.model is not None and req.model not in self.answers_to:
-            raise _with_param(
-                NotFound(f"model {req.model!r} is not served here; this server serves {self.model_name!r}"), "model"
+            raise BadRequest(
+                "streaming (stream: true) is not built in this server; send stream: false or omit it", "stream"
             )
+        if req.model is not None and req.model not in self.answers_to:
+            raise NotFound(f"model {req.model!r} is not served here; this server serves {self.model_name!r}", "model")
         fmt = (req.response_format or {}).get("type", "text")
         if fmt != "text":
-            raise _bad(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
+            raise BadRequest(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
         if (req.model_extra or {}).get("tools") == []:  # vLLM's rule (and OpenAI's)
-            raise _bad("tools must not be an empty array; leave it out", "tools")
+            raise BadRequest("tools must not be an empty array; leave it out", "tools")
         if (req.model_extra or {}).get("stream_options"):  # vLLM's rule: any options but empty ones
-            raise _bad("stream_options can only be set with stream: true", "stream_options")
+            raise BadRequest("stream_options can only be set with stream: true", "stream_options")
         for name, (what, _) in UNSUPPORTED_FIELDS.items():
             value = (req.model_extra or {}).get(name)
             if not is_neutral(name, value):
-                raise _bad(f"{name}: {what} is not supported by this server", name)
+                raise BadRequest(f"{name}: {what} is not supported by this server", name)
         for key in req.chat_template_kwargs or {}:
             if key in _TEMPLATE_ARGUMENTS:
-                raise _bad(
+                raise BadRequest(
                     f"chat_template_kwargs.{key}: {key!r} is an argument of the template call, not a template "
                     "variable; this server renders with the model's own template and add_generation_prompt",
                     "chat_template_kwargs",
@@ -214,33 +229,30 @@ class ChatCompletions:
         # unset: the context left after the prompt (vLLM's default), at most --max-tokens-limit (the
         # server's cap, as vLLM's own override cap); the scoring profile's default is not chat's
         if max_tokens is not None and max_tokens > settings.max_tokens_limit:
-            raise _with_param(
-                UnsupportedOption(
-                    f"{param} {max_tokens} exceeds this server's limit of {settings.max_tokens_limit} "
-                    "(--max-tokens-limit)"
-                ),
+            raise UnsupportedOption(
+                f"{param} {max_tokens} exceeds this server's limit of {settings.max_tokens_limit} (--max-tokens-limit)",
                 param,
             )
         # vLLM's rules: top_logprobs 0 means none and needs nothing; any other value needs logprobs;
         # -1 (the whole vocabulary) is beyond vllm serve's default --max-logprobs 20, as here
         if req.top_logprobs and not req.logprobs:
-            raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+            raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
         if req.top_logprobs == -1:
             vocab_size = engine.vocab_size()
-            raise _bad(
+            raise BadRequest(
                 f"top_logprobs -1 asks for every token of the vocabulary ({vocab_size or 'all'}); this server "
                 f"returns at most {MAX_TOP_LOGPROBS} alternatives per token (as vllm serve at its default "
                 "--max-logprobs)",
                 "top_logprobs",
             )
         if max_tokens is not None and req.min_tokens > max_tokens:
-            raise _bad(f"min_tokens {req.min_tokens} is more than {param} {max_tokens}", "min_tokens")
+            raise BadRequest(f"min_tokens {req.min_tokens} is more than {param} {max_tokens}", "min_tokens")
         ids = tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
         stop_ids = tuple(req.stop_token_ids or ())
         vocab = engine.vocab_size()
         for name, values in (("allowed_token_ids", ids), ("stop_token_ids", stop_ids)):
             if values and vocab is not None and max(values) >= vocab:
-                raise _bad(f"token id {max(values)} is outside the vocabulary (0..{vocab - 1})", name)
+                raise BadRequest(f"token id {max(values)} is outside the vocabulary (0..{vocab - 1})", name)
         asked = {
             "seed": req.seed is not None,
             "stop": bool(req.stop_list()),
@@ -254,10 +266,8 @@ class ChatCompletions:
         }
         for name, used in asked.items():
             if used and name not in engine.sampling_options:
-                raise _with_param(
-                    UnsupportedOption(
-                        f"{name} is not supported by the {engine.name} engine; start the server with --engine vllm"
-                    ),
+                raise UnsupportedOption(
+                    f"{name} is not supported by the {engine.name} engine; start the server with --engine vllm",
                     name,
                 )
         # vLLM's order: the request's value, the server's default (generation config), OpenAI's
@@ -298,26 +308,24 @@ class ChatCompletions:
         messages = req.messages
         out = _Prompt()
         if messages[-1].role != "user":
-            raise _bad(
+            raise BadRequest(
                 f"the last message must be a user turn (got {messages[-1].role!r}); this server answers the user",
                 f"messages[{len(messages) - 1}].role",
             )
         for i, message in enumerate(messages):
             parts = self._parts(message, i, out)
             if message.role in ("system", "developer") and any(not isinstance(p, TextPart) for p in parts):
-                raise _bad(f"a {message.role} message can hold only text", f"messages[{i}].content")
+                raise BadRequest(f"a {message.role} message can hold only text", f"messages[{i}].content")
             out.turns.append(Turn(message.role, tuple(parts)))
         out.template_kwargs = tuple((req.chat_template_kwargs or {}).items())
         limit = self.service.settings.max_images_per_request
         if out.images > limit:
-            raise _with_param(
-                TooManyImages(
-                    f"{out.images} images in one request; this server takes at most {limit} (--max-images-per-request)"
-                ),
+            raise TooManyImages(
+                f"{out.images} images in one request; this server takes at most {limit} (--max-images-per-request)",
                 "messages",
             )
         if out.videos > 1:
-            raise _bad(f"{out.videos} videos in one request; send at most one video_url", "messages")
+            raise BadRequest(f"{out.videos} videos in one request; send at most one video_url", "messages")
         return out
 
     def _parts(self, message: ChatMessage, i: int, out: _Prompt) -> list[Part]:

@@ -32,16 +32,11 @@ from reward_client.protocol import (
     ScoreResponse,
 )
 from reward_server.api.chat import ChatCompletions
+from reward_server.api.score import EpisodeScoring
 from reward_server.core.service import RewardService
-from reward_server.errors import (
-    RETRY_AFTER_S,
-    BadRequest,
-    Unauthorized,
-    UnsupportedMediaType,
-    error_response,
-    install_handlers,
-)
+from reward_server.errors import RETRY_AFTER_S, BadRequest, Unauthorized, UnsupportedMediaType
 from reward_server.http.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
+from reward_server.http.errors import error_response, install_handlers
 from reward_server.http.limits import MIB, body_limit, json_body_limit, server_limits
 
 logger = logging.getLogger(__name__)
@@ -208,10 +203,12 @@ def build_app(service: RewardService) -> FastAPI:
             await reader.close()
             service.release_body()
 
+    scoring = EpisodeScoring(service)
+
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, openapi_extra=_body_schema(ScoreRequest))
     async def score(request: Request) -> ScoreResponse:
         """Judge one finished episode."""
-        return await handle(request, (JSON,), lambda reader, started, _: service.score_json(reader, started))
+        return await handle(request, (JSON,), lambda reader, started, _: scoring.score_json(reader, started))
 
     @app.post(
         "/score/batch",
@@ -225,8 +222,8 @@ def build_app(service: RewardService) -> FastAPI:
 
         async def work(reader: BodyReader, started: float, ctype: str) -> BatchScoreResponse:
             if ctype == raw_batch.CONTENT_TYPE:
-                return await service.score_batch_raw(reader, started)
-            return await service.score_batch_json(reader, started)
+                return await scoring.score_batch_raw(reader, started)
+            return await scoring.score_batch_json(reader, started)
 
         return await handle(request, (JSON, raw_batch.CONTENT_TYPE), work)
 

@@ -228,7 +228,6 @@ class DecodePool:
         self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="decode-ipc")
         self._slots = asyncio.Semaphore(self.size)
         self.replaced = 0  # workers killed or found dead and replaced (exported as a metric)
-        self.timeouts = 0
         self._closed = False
 
     def _new(self) -> _Worker:
@@ -273,7 +272,6 @@ class DecodePool:
             try:
                 ok, value, recycle = worker.call(fn, args, self.budget.timeout_s)
             except TimeoutError:
-                self.timeouts += 1
                 logger.warning("decode task ran past %.0f s; its worker is replaced", self.budget.timeout_s)
                 self._replace(worker)
                 raise _over_budget(

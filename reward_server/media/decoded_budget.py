@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 
 from reward_client.frames import FrameError, FrameSpec
+from reward_server.field_errors import FieldError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ MB = 1024 * 1024
 EPISODE_ADVICE = "send fewer frames (nframes) or smaller ones (max_pixels)"
 
 
-class DecodedTooLarge(ValueError):
+class DecodedTooLarge(FieldError, ValueError):
     """One episode's decoded frames exceed the whole decoded-memory budget; resending cannot help."""
 
 

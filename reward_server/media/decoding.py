@@ -14,9 +14,9 @@ Three ways frames arrive, each prepared where it is cheapest and safe:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -25,20 +25,20 @@ from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
+from reward_server.field_errors import FieldError
 from reward_server.media.decode_pool import DecodePool
 from reward_server.media.decoded_budget import DecodedBudget, Lease, decoded_bytes
 from reward_server.media.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
 from reward_server.media.paths import open_confined
 from reward_server.media.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
 
+SMALL_BODY_BYTES = 1 << 20  # a JSON body parsed in a thread; larger ones in a decode worker
+T = TypeVar("T")
 
-class InvalidBody(ValueError):
+
+class InvalidBody(FieldError, ValueError):
     """The body is not valid for this route, or fails validation; the message names the field
     (and `param`, where one field is at fault, OpenAI-style: `messages[0].content`)."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
 
 
 _TYPE_SEGMENTS = {"str", "int", "float", "bool", "list", "dict", "none"}
@@ -208,6 +208,13 @@ class Preparer:
         self.spec = spec
         self.roots = list(roots)
         self.limits = limits
+
+    async def parse(self, fn: Callable[[bytes], T], body: memoryview) -> T:
+        """A JSON document is parsed in one piece: small ones in a thread (microseconds of GIL),
+        large ones in a decode worker, where seconds of parsing cannot stall the engine."""
+        if len(body) <= SMALL_BODY_BYTES:
+            return await asyncio.to_thread(fn, bytes(body))
+        return await self.pool.run(fn, bytes(body), task="body")
 
     async def frames(self, source: Source) -> np.ndarray:
         o = source.options

@@ -46,13 +46,6 @@ IMAGE_FORMATS = "JPEG, PNG, WebP"
 class ImageError(VideoError):
     """An image that cannot be used; `param` names the request field."""
 
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-    def __reduce__(self):  # keep `param` across the decode worker's pipe
-        return (type(self), (str(self), self.param))
-
 
 class ImageTooLarge(ImageError, VideoTooLarge):
     """An image beyond the pixel budget, or one whose decoding ran out of the worker's budget."""
@@ -84,7 +77,7 @@ def _media_error(ref: MediaRef, message: str) -> VideoError:
     """An error about the media itself, named for its kind (invalid_image / invalid_video)."""
     if ref.kind == "image":
         return ImageError(message, ref.param)
-    return _with_param(VideoError(message), ref.param)
+    return VideoError(message, ref.param)
 
 
 def _from_data_url(ref: MediaRef) -> bytes:
@@ -123,13 +116,6 @@ def _read(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> bytes | 
     raise refuse_url(ref.url, ref.kind, ref.param)
 
 
-def _with_param(exc: VideoError, param: str, message: str | None = None) -> VideoError:
-    """The same kind of error (same status), naming the request field it came from."""
-    err = type(exc)(message or str(exc))
-    err.param = param  # type: ignore[attr-defined]
-    return err
-
-
 @contextlib.contextmanager
 def _source(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> Iterator[bytes | BinaryIO]:
     """`_read`'s source, closed afterwards; a video's errors name the request field it came from
@@ -142,7 +128,7 @@ def _source(ref: MediaRef, roots: Sequence[str], limits: DecodeLimits) -> Iterat
     except VideoError as exc:
         if ref.kind == "image":
             raise
-        raise _with_param(exc, ref.param) from None
+        raise exc.at(ref.param) from None
     finally:
         if not isinstance(source, bytes):
             source.close()

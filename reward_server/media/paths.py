@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from reward_server.field_errors import FieldError
+
 MAX_PATH_CHARS = 4096
 _SHOWN_CHARS = 200  # of a client's path or URL echoed in an error
 MediaKind = Literal["video", "image"]
@@ -33,15 +35,8 @@ MediaKind = Literal["video", "image"]
 FILE_URL_FORM = "file:///absolute/path under the server's --video-root (percent-encoded UTF-8)"
 
 
-class PathError(ValueError):
+class PathError(FieldError, ValueError):
     """A path or URL this server will not read; `param` names the request field (chat)."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-    def __reduce__(self):  # keep `param` across the decode worker's pipe
-        return (type(self), (str(self), self.param))
 
 
 class InvalidURL(PathError):

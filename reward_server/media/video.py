@@ -25,10 +25,12 @@ from typing import BinaryIO
 import numpy as np
 
 from reward_client.frames import QWEN2_5_VL, FrameError, FrameSpec
+from reward_server.field_errors import FieldError
 
 
-class VideoError(ValueError):
-    """The video could not be used; the message says why, for the person who sent it."""
+class VideoError(FieldError, ValueError):
+    """The video could not be used; the message says why, for the person who sent it (`param`: the
+    chat request's field it came from)."""
 
 
 class VideoTooLarge(VideoError):

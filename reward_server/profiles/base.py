@@ -15,10 +15,11 @@ from reward_client.frames import QWEN2_5_VL, FrameSpec
 from reward_client.progress import prefix_ends
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
+from reward_server.field_errors import FieldError
 from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
 
 
-class UnsupportedOption(ValueError):
+class UnsupportedOption(FieldError, ValueError):
     """A request asked a profile for something it cannot do (e.g. logprob on a reasoning model)."""
 
 
