@@ -20,8 +20,9 @@ a little less, so its answer still arrives): it ends the request there with what
 rest as retryable item errors, instead of working on for a client that has left.
 
 Size: a batch is cut into requests the server accepts: at most its advertised item count and
-body bytes per transport (`HealthResponse.limits`, learned from /health), and a body the server
-still refuses as too large (413) is halved and sent again, so no batch size is refused.
+body bytes per transport (`HealthResponse.limits`, learned from /health), and a batch still
+refused as too large (413, from the server or a proxy) is halved and sent again, so no batch size
+is refused.
 """
 
 from __future__ import annotations
@@ -382,7 +383,9 @@ class _Part:
 
 
 def _too_large(exc: RewardRequestError) -> bool:
-    return exc.status == 413 and exc.error_type in ("body_too_large", "request_too_large")
+    """A whole batch refused for its size: the server's body_too_large / request_too_large, or a
+    proxy's own 413 (nginx's client_max_body_size answers HTML)."""
+    return exc.status == 413
 
 
 class _Base:

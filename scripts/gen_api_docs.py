@@ -50,7 +50,8 @@ little less so the answer still arrives.
 
 `GET /health` says the server's limits (`limits`: largest JSON and raw batch bodies, episodes per
 batch, `--request-timeout-s`); `reward_client.client` cuts a batch into requests within them on
-every transport, and halves a body a server that does not say them refuses as too large (413).
+every transport, and halves a batch still refused as too large (413: a server that does not say
+its limits, or a proxy in front of it).
 
 Frames are uint8 on the wire (`frames.data_b64`, raw batch payloads). The client converts float
 frames in [0, 1] as round(x * 255) (`reward_client.frames.as_uint8`) and refuses other dtypes;

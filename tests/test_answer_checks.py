@@ -57,8 +57,9 @@ class FaultyServer:
     """Answers /score/batch (JSON or raw) and /score with `fault` for the first `faulty` requests,
     then correctly (every score GOOD); /health says ok."""
 
-    def __init__(self, fault: str, faulty: int):
+    def __init__(self, fault: str, faulty: int, max_items: int | None = None):
         self.fault, self.faulty, self.requests = fault, faulty, 0
+        self.max_items = max_items  # larger batches: a proxy's 413 in HTML (nginx's client_max_body_size)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +89,14 @@ class FaultyServer:
                     n = len(raw_batch.decode(body)[0].requests)
                 else:
                     n = len(json.loads(body)["requests"])
+                if owner.max_items is not None and n > owner.max_items:
+                    page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
+                    self.send_response(413)
+                    self.send_header("content-type", "text/html")
+                    self.send_header("content-length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
                 items = FAULTS[owner.fault](n) if bad else [{"index": i, "response": response(GOOD)} for i in range(n)]
                 self._answer({"results": items})
 
@@ -190,3 +199,10 @@ def test_the_hook_falls_back_and_counts_instead_of_crashing(fault):
         info = h.episode_info()
         assert info["vlm_fallback"].tolist() == [1.0] * N
         assert info["vlm_protocol_errors"][0] == client.protocol_errors >= 3
+
+
+def test_a_proxys_413_halves_the_batch_until_it_passes():
+    with FaultyServer("score_7.5", faulty=0, max_items=1) as server, RewardClient(server.url, FAST) as client:
+        items = client.score_episodes(raw_episodes())
+        assert [item.response.score for item in items] == [GOOD] * N
+        assert client.split_requests == 2  # 3 -> 1 + 2 -> 1 + 1 + 1
