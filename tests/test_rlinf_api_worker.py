@@ -89,15 +89,15 @@ def expected_labels(step: int) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    ("config", "layout", "views"),
+    ("config", "layout"),
     [
-        ("libero_10_grpo_openvlaoft_api.yaml", "libero", 2),
-        ("libero_spatial_grpo_starvla_api.yaml", "libero", 2),
-        ("maniskill_ppo_mlp_api.yaml", "maniskill", 2),
+        ("libero_10_grpo_openvlaoft_api.yaml", "libero"),
+        ("libero_spatial_grpo_starvla_api.yaml", "libero"),
+        ("maniskill_ppo_mlp_api.yaml", "maniskill"),
     ],
 )
 def test_rlinf_main_api_worker_scores_windows_through_this_server(
-    config, layout, views, simulator_python, rlinf_main, tiny_checkpoint, tmp_path
+    config, layout, simulator_python, rlinf_main, tiny_checkpoint, tmp_path
 ):
     name = Path(tiny_checkpoint).name
     with (
@@ -132,7 +132,7 @@ def test_rlinf_main_api_worker_scores_windows_through_this_server(
     assert [s["requests"] for s in windows["steps"]] == [0] * 4 + [4, 4, 3, 3, 3]
     assert len(seen) == 17  # the episode scenario fails before its first request
     for request in seen:
-        assert len(request.images) == WINDOW * views  # 5 frames of each view, as JPEG data URLs
+        assert len(request.images) == WINDOW * 2  # 5 frames of each of the two views, as JPEG data URLs
         assert request.video is None
         (text,) = request.chat.texts()
         assert "Answer with exactly one word: positive, negative, or unclear." in text
