@@ -63,6 +63,11 @@ def simulator_python() -> str:
     python = LIBERO_VENV / "bin" / "python"
     if not python.exists():
         pytest.fail(f"no simulator environment at {LIBERO_VENV}: run `bash scripts/setup_libero_env.sh`")
+    # what RLinf main's workers import beyond RLinf 0.3.0's (scripts/setup_rlinf_main.sh installs them)
+    if subprocess.run([str(python), "-c", "import aiohttp, sortedcontainers"], capture_output=True).returncode:
+        pytest.fail(
+            f"{LIBERO_VENV} lacks aiohttp or sortedcontainers (RLinf main imports them): scripts/setup_rlinf_main.sh"
+        )
     return str(python)
 
 
