@@ -1,29 +1,52 @@
 #!/usr/bin/env bash
-# Patch an RLinf v0.3 checkout so its LIBERO and ManiSkill envs can take their reward from the VLM
+# Patch an RLinf checkout so its LIBERO and ManiSkill envs can take their reward from the VLM
 # reward server, and install the run configs (A/B/C of each) next to RLinf's own.
 #
 #   bash scripts/apply_rlinf_patches.sh RLINF_DIR            apply (a second apply changes nothing)
 #   bash scripts/apply_rlinf_patches.sh RLINF_DIR --check    exit 0 if applied and configs installed
 #   bash scripts/apply_rlinf_patches.sh RLINF_DIR --revert   undo both
+#   bash scripts/apply_rlinf_patches.sh RLINF_DIR --which    print which RLinf it is (main or v0.3)
 #
-# Every patch in rlinf_patches/ is applied, checked and reverted (all apply, or none is applied).
-# RLINF_DIR holds the files they patch (rlinf/envs/libero/libero_env.py, ...: a git checkout at
-# v0.3, or the unpacked rlinf==0.3.0 wheel). run_embodiment.sh puts the checkout on PYTHONPATH, so
-# patch the checkout, not an installed wheel. The patched envs import reward_client only when
-# env.train.reward_model.enable is set: `pip install <this repo>` in RLinf's environment.
+# Two RLinf versions are supported; which one RLINF_DIR holds is read from its env worker
+# (rlinf/workers/env/env_worker.py), never from a flag:
+#   main  (RLinf's main branch, a3816b5 and code like it): the worker keeps `trajectory_builders`
+#         and steps envs in `_run_interact_once` (shared by EnvWorker and AsyncEnvWorker, so
+#         EmbodiedRunner and AsyncEmbodiedRunner both get the hook): rlinf_patches/main/,
+#         configs/rlinf/main/
+#   v0.3  (RLinf v0.3.x): the worker keeps `rollout_results`: rlinf_patches/v0.3/, configs/rlinf/
+# Every patch of the version's set is applied, checked and reverted (all apply, or none is).
+# RLINF_DIR is a git checkout, or (v0.3) the unpacked rlinf==0.3.0 wheel. run_embodiment.sh puts
+# the checkout on PYTHONPATH, so patch the checkout, not an installed wheel. The patched envs
+# import reward_client only when env.train.reward_model.enable is set: `pip install <this repo>`
+# in RLinf's environment.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PATCHES=("$ROOT"/rlinf_patches/*.patch)
-CONFIGS=("$ROOT"/configs/rlinf/*.yaml)
 
 die() { echo "apply_rlinf_patches: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: $0 RLINF_DIR [--check|--revert]"
 dir=$(cd "$1" 2>/dev/null && pwd) || die "no such directory: $1"
 mode=${2:-apply}
+case "$mode" in apply | --check | --revert | --which) ;; *) die "unknown mode '$mode' (use --check, --revert or --which)" ;; esac
+
+# Which RLinf: the env worker's own code says (the patches add nothing these tests look at).
+worker="$dir/rlinf/workers/env/env_worker.py"
+looked_for="rlinf/workers/env/env_worker.py with 'self.rollout_results' (v0.3) or with 'self.trajectory_builders' and '_run_interact_once' (main)"
+if [ -f "$worker" ] && grep -q 'self\.trajectory_builders' "$worker" && grep -q 'def _run_interact_once' "$worker"; then
+  version=main
+  CONFIGS=("$ROOT"/configs/rlinf/main/*.yaml)
+elif [ -f "$worker" ] && grep -q 'self\.rollout_results' "$worker"; then
+  version=v0.3
+  CONFIGS=("$ROOT"/configs/rlinf/*.yaml)
+else
+  die "$dir is not RLinf v0.3 nor RLinf main a3816b5-compatible: looked for $looked_for"
+fi
+if [ "$mode" = --which ]; then echo "$version"; exit 0; fi
+PATCHES=("$ROOT"/rlinf_patches/"$version"/*.patch)
+echo "rlinf: $version ($dir)"
 target() { sed -n 's|^+++ b/||p' "$1" | head -1; }
 for patch in "${PATCHES[@]}"; do
-  [ -f "$dir/$(target "$patch")" ] || die "$dir has no $(target "$patch") (is it an RLinf v0.3 checkout?)"
+  [ -f "$dir/$(target "$patch")" ] || die "$dir has no $(target "$patch") (RLinf $version has one: a partial checkout?)"
 done
 config_dir="$dir/examples/embodiment/config"
 
@@ -39,14 +62,14 @@ case "$mode" in
   apply)
     for patch in "${PATCHES[@]}"; do  # every patch can go in before any does
       applied "$patch" || applicable "$patch" \
-        || die "$(basename "$patch") does not apply to $dir/$(target "$patch") (not RLinf v0.3, or edited locally)"
+        || die "rlinf_patches/$version/$(basename "$patch") does not apply to $dir/$(target "$patch") (edited locally, or an RLinf $version this patch set does not know)"
     done
     for patch in "${PATCHES[@]}"; do
       if applied "$patch"; then
         echo "patch: already applied ($(basename "$patch"))"
       else
         git_apply "$patch"
-        echo "patch: applied to $(target "$patch")"
+        echo "patch: applied to $(target "$patch") ($(basename "$patch"))"
       fi
     done
     [ -d "$config_dir" ] || \
@@ -75,5 +98,4 @@ case "$mode" in
       elif [ -f "$installed" ]; then echo "configs: kept $(basename "$c") (edited since install)"; fi
     done
     ;;
-  *) die "unknown mode '$mode' (use --check or --revert)" ;;
 esac

@@ -7,7 +7,8 @@
 #   bash scripts/setup_libero_env.sh [VENV_DIR]     default: ~/.cache/reward_server/libero-venv
 #
 # Also ManiSkill 3 for RLinf's ManiSkill env, rendering on the CPU through Mesa's software Vulkan
-# (scripts/setup_maniskill_env.sh; SKIP_MANISKILL=1 leaves it out).
+# (scripts/setup_maniskill_env.sh; SKIP_MANISKILL=1 leaves it out), and RLinf main's checkout
+# with its extra imports (scripts/setup_rlinf_main.sh; SKIP_RLINF_MAIN=1 leaves it out).
 # Prints the environment variables the simulator needs. Safe to run again.
 set -euo pipefail
 
@@ -83,6 +84,17 @@ YAML
 
 if [ "${SKIP_MANISKILL:-0}" != 1 ]; then
   bash "$ROOT/scripts/setup_maniskill_env.sh" "$VENV" >/dev/null
+fi
+
+# RLinf main (the snapshot beside this checkout, ../shared/rlinf_main/) for the tests and tiny runs
+# on RLinf main: unpacked into the cache, its few extra imports installed here (the same
+# environment runs both RLinf versions). SKIP_RLINF_MAIN=1 leaves it out.
+if [ "${SKIP_RLINF_MAIN:-0}" != 1 ]; then
+  if ls "$ROOT"/../shared/rlinf_main/rlinf-main-*.tar.xz >/dev/null 2>&1 || [ -n "${RLINF_MAIN_TARBALL:-}" ]; then
+    LIBERO_VENV="$VENV" bash "$ROOT/scripts/setup_rlinf_main.sh" >/dev/null
+  else
+    log "no RLinf main snapshot beside this checkout (../shared/rlinf_main/): RLinf main left out"
+  fi
 fi
 
 cat <<ENV

@@ -104,7 +104,7 @@ def test_patch_applies_checks_is_idempotent_and_reverts(tmp_path):
 
 
 def test_patch_is_minimal():
-    diff = (REPO / "rlinf_patches" / "libero_env.patch").read_text()
+    diff = (REPO / "rlinf_patches" / "v0.3" / "libero_env.patch").read_text()
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert len(removed) == 1 and "self._calc_step_reward(terminations)" in removed[0]
@@ -114,7 +114,7 @@ def test_patch_is_minimal():
 
 def test_apply_refuses_a_directory_that_is_not_rlinf(tmp_path):
     result = _run(str(tmp_path))
-    assert result.returncode == 1 and "is it an RLinf v0.3 checkout" in result.stderr
+    assert result.returncode == 1 and "is not RLinf v0.3 nor RLinf main" in result.stderr
 
 
 def _compose(config_dir: Path, run: str) -> dict:
@@ -154,7 +154,7 @@ def test_run_configs_compose_and_differ_only_in_reward(rlinf_trees):
     assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
     for run in RUNS:
         assert not any(k.startswith("env.eval.reward_model") for k in flat[run])  # eval: native success
-        assert flat[run]["cluster.component_placement.actor,env,rollout"] == "0-5"
+        assert flat[run]["cluster.component_placement.actor,env,rollout"] == "0-3"
     os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
     resolved = OmegaConf.create(_compose(rlinf_trees["config"], "runB_qwen"))
     assert resolved.env.train.group_size == resolved.algorithm.group_size == 8

@@ -69,7 +69,7 @@ def test_a_patch_that_cannot_apply_leaves_every_file_alone(tmp_path):
 
 
 def test_maniskill_patch_is_minimal():
-    diff = (REPO / "rlinf_patches" / "maniskill_env.patch").read_text()
+    diff = (REPO / "rlinf_patches" / "v0.3" / "maniskill_env.patch").read_text()
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert not removed and len(added) <= 16
