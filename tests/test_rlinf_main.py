@@ -201,19 +201,35 @@ RUNS = ("runA", "runB_qwen", "runC_primo")
 
 
 def _gpus(placement: str) -> int:
+    if placement == "all":
+        return 8  # RLinf's reference node, the one the run configs are written for
     first, _, last = str(placement).partition("-")
     return int(last or first) - int(first) + 1
 
 
+def _settings(path: Path) -> list[str]:
+    """A config's lines without its comments (the headers name the RLinf version)."""
+    return [line.split(" #")[0].rstrip() for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+
+
 def test_every_run_config_has_a_main_and_a_v03_twin():
-    main = {p.name for p in MAIN_CONFIGS.glob("*.yaml")}
+    main = {p.name for p in MAIN_CONFIGS.glob("*_run*.yaml")}
     v03 = {p.name for p in V03_CONFIGS.glob("*.yaml")}
     assert v03 < main
     assert main - v03 == {f"libero_{suite}_grpo_starvla_{run}.yaml" for suite in ("spatial", "10") for run in RUNS}
-    for name in sorted(v03):  # same run, RLinf main's config group name for the FSDP settings
-        twin = (MAIN_CONFIGS / name).read_text()
-        assert "hybrid_engines/fsdp@actor.fsdp_config" in twin and "training_backend/" not in twin
+    for name in sorted(v03):  # the same settings, but RLinf main's name of the FSDP group
+        renamed = [s.replace("training_backend/", "hybrid_engines/") for s in _settings(V03_CONFIGS / name)]
+        assert _settings(MAIN_CONFIGS / name) == renamed, name
         assert "training_backend/fsdp@actor.fsdp_config" in (V03_CONFIGS / name).read_text()
+    # StarVLA's runs judge with the same reward_model settings as OpenVLA-OFT's
+    def reward_block(path: Path) -> list[str]:
+        lines = _settings(path)
+        start = lines.index("    reward_model:")
+        return lines[start : lines.index("  eval:", start)]
+
+    openvla = reward_block(MAIN_CONFIGS / "libero_10_grpo_openvlaoft_runB_qwen.yaml")
+    for suite in ("spatial", "10"):
+        assert reward_block(MAIN_CONFIGS / f"libero_{suite}_grpo_starvla_runB_qwen.yaml") == openvla
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -277,7 +293,8 @@ def test_run_configs_fit_rlinfs_process_arithmetic(version, main_tree, v03_tree)
 
     for name in names:
         cfg = OmegaConf.create(compose(tree, name))
-        (placement,) = cfg.cluster.component_placement.values()
+        # the GPUs the env workers (and, placed with them, the actor) run on: one process each
+        (placement,) = [v for k, v in cfg.cluster.component_placement.items() if "env" in k.split(",")]
         gpus = _gpus(placement)
         train = cfg.env.train
         per_process = train.total_num_envs // gpus
