@@ -12,8 +12,6 @@ from reward_client.progress import ProgressPointsError
 from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
 from reward_server.core.admission import Overloaded, TooMuchForServer
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
-from reward_server.field_errors import FieldError
-from reward_server.http.body import BodyTimeout, BodyTooLarge, ClientGone, LengthRequired
 from reward_server.media.decode_pool import WorkerDied
 from reward_server.media.decoded_budget import DecodedTooLarge
 from reward_server.media.decoding import InvalidBody
@@ -21,6 +19,7 @@ from reward_server.media.images import ImageError, ImageTooLarge
 from reward_server.media.paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
 from reward_server.media.video import VideoError, VideoTooLarge
 from reward_server.profiles import UnknownBackend, UnsupportedOption
+from reward_server.request_errors import BodyTimeout, BodyTooLarge, ClientGone, FieldError, LengthRequired
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ def test_types_are_unique_and_named_for_what_failed():
 
 
 def test_a_client_stalling_its_body_is_not_a_server_timeout():
-    from reward_server.http.body import BodyTimeout
+    from reward_server.request_errors import BodyTimeout
 
     assert not issubclass(BodyTimeout, TimeoutError)  # a generic TimeoutError -> 504 handler never sees it
     assert classify(BodyTimeout("stalled"))[0] == 408

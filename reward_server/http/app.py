@@ -35,9 +35,10 @@ from reward_server.api.chat import ChatCompletions
 from reward_server.api.score import EpisodeScoring
 from reward_server.core.service import RewardService
 from reward_server.errors import RETRY_AFTER_S, BadRequest, Unauthorized, UnsupportedMediaType
-from reward_server.http.body import BodyLimits, BodyReader, BodyTooLarge, LengthRequired, cancel_on_disconnect
+from reward_server.http.body import BodyLimits, BodyReader, cancel_on_disconnect
 from reward_server.http.errors import error_response, install_handlers
 from reward_server.http.limits import MIB, body_limit, json_body_limit, server_limits
+from reward_server.request_errors import BodyTooLarge, LengthRequired
 
 logger = logging.getLogger(__name__)
 

@@ -25,24 +25,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from reward_server.request_errors import BodyTimeout, BodyTooLarge, ClientGone
+
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-class BodyTooLarge(ValueError):
-    pass
-
-
-class LengthRequired(ValueError):
-    pass
-
-
-class BodyTimeout(Exception):
-    """The client stopped sending its body (408). Not a TimeoutError: handlers that turn the
-    server's own timeouts into 504 must never see the client's stall as one."""
-
-
-class ClientGone(ConnectionError):
-    """The client disconnected before its answer was ready."""
 
 
 # bodies declared larger than this get a lazily backed mapping; smaller ones a plain bytearray

@@ -10,8 +10,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reward_client.protocol import ItemError
 from reward_server.errors import BY_TYPE, CLASSES, RETRY_AFTER_S, classify, render_error
-from reward_server.field_errors import FieldError
 from reward_server.media.decoding import InvalidBody, validation_message
+from reward_server.request_errors import FieldError
 
 
 def error_response(exc: BaseException, path: str = "") -> JSONResponse:

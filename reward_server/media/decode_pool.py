@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from reward_server.http.body import BodyTooLarge
 from reward_server.media.images import ImageTooLarge
 from reward_server.media.video import VideoError, VideoTooLarge
+from reward_server.request_errors import BodyTooLarge
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 
 from reward_client.frames import FrameError, FrameSpec
-from reward_server.field_errors import FieldError
+from reward_server.request_errors import FieldError
 
 logger = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
 from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
-from reward_server.field_errors import FieldError
 from reward_server.media.decode_pool import DecodePool
 from reward_server.media.decoded_budget import DecodedBudget, Lease, decoded_bytes
 from reward_server.media.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
 from reward_server.media.paths import open_confined
 from reward_server.media.video import DecodeLimits, Probe, VideoError, decode_frames, fit_frames, probe_video
+from reward_server.request_errors import FieldError
 
 SMALL_BODY_BYTES = 1 << 20  # a JSON body parsed in a thread; larger ones in a decode worker
 T = TypeVar("T")

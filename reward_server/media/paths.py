@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from reward_server.field_errors import FieldError
+from reward_server.request_errors import FieldError
 
 MAX_PATH_CHARS = 4096
 _SHOWN_CHARS = 200  # of a client's path or URL echoed in an error

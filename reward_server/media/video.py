@@ -25,7 +25,7 @@ from typing import BinaryIO
 import numpy as np
 
 from reward_client.frames import QWEN2_5_VL, FrameError, FrameSpec
-from reward_server.field_errors import FieldError
+from reward_server.request_errors import FieldError
 
 
 class VideoError(FieldError, ValueError):

@@ -15,8 +15,8 @@ from reward_client.frames import QWEN2_5_VL, FrameSpec
 from reward_client.progress import prefix_ends
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
-from reward_server.field_errors import FieldError
 from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
+from reward_server.request_errors import FieldError
 
 
 class UnsupportedOption(FieldError, ValueError):
