@@ -43,11 +43,14 @@ def requests(episodes: Episodes, n: int, style: str, backend: str = "qwen2_5_vl_
 def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend):
     from vllm import LLM
 
+    from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
     from reward_server.engines.vllm_engine import VllmEngine
 
     engine = VllmEngine(config)
     engine.load_processor()
     llm = LLM(**engine.engine_kwargs())
+    if engine.batches_encoder():  # as the server's engine does after start
+        llm.collective_rpc(BATCHING_METHOD)
     results = []
     episodes = Episodes(frames, size)
     for style in styles:

@@ -32,14 +32,22 @@ from reward_tools.eval_metrics import spearman
 
 logger = logging.getLogger("reward_tools.fidelity")
 
-WORKLOAD_KEYS = ("n", "frames", "size", "score_mode")
+WORKLOAD_KEYS = ("n", "frames", "size", "score_mode", "gen_tokens")
 
 
-def score_server(url: str, n: int, frames: int, size: int, score_mode: str, batch: int) -> dict:
-    """The benchmark's first `n` episodes scored by the server at `url` (None where it gave no score)."""
+def score_server(url: str, n: int, frames: int, size: int, score_mode: str, batch: int, gen_tokens: int = 0) -> dict:
+    """The benchmark's first `n` episodes scored by the server at `url` (None where it gave no score).
+    With `gen_tokens` K, each answer is exactly K new tokens, greedy, in the server's default score
+    mode, and the answers' texts are kept too (`outputs`): a generating judge on random weights
+    rarely gives a number, but two settings that compute the same give the same text."""
     health = httpx.get(f"{url.split(',')[0]}/health", timeout=30).json()
     episodes = Episodes(frames, size)
     scores: list[float | None] = []
+    outputs: list[str | None] = []
+    if gen_tokens:
+        kwargs = BackendKwargs(max_tokens=gen_tokens, ignore_eos=True, temperature=0.0)
+    else:
+        kwargs = BackendKwargs(score_mode=score_mode)
     with RewardClient(url.split(","), RetryPolicy(deadline_s=3600, timeout_s=3600)) as client:
         while len(scores) < n:
             videos = episodes.take(min(batch, n - len(scores)))
@@ -50,7 +58,7 @@ def score_server(url: str, n: int, frames: int, size: int, score_mode: str, batc
                         ScoreOptions(
                             task_text=TASKS[(first + i) % len(TASKS)],
                             nframes=frames,
-                            backend_kwargs=BackendKwargs(score_mode=score_mode),
+                            backend_kwargs=kwargs,
                         ),
                         v,
                     )
@@ -58,6 +66,7 @@ def score_server(url: str, n: int, frames: int, size: int, score_mode: str, batc
                 ]
             )
             scores += [item.response.score if item.response is not None else None for item in items]
+            outputs += [item.response.model_output if item.response is not None else None for item in items]
             logger.info("%s: %d of %d episodes scored", url, len(scores), n)
     return {
         "source": url,
@@ -66,7 +75,9 @@ def score_server(url: str, n: int, frames: int, size: int, score_mode: str, batc
         "frames": frames,
         "size": size,
         "score_mode": score_mode,
+        "gen_tokens": gen_tokens,
         "scores": scores,
+        **({"outputs": outputs} if gen_tokens else {}),
     }
 
 
@@ -99,7 +110,7 @@ def compare_scores(a: list[float | None], b: list[float | None]) -> dict:
 
 def load_side(source: str, args: argparse.Namespace) -> dict:
     if source.startswith(("http://", "https://")):
-        return score_server(source, args.n, args.frames, args.size, args.score_mode, args.batch)
+        return score_server(source, args.n, args.frames, args.size, args.score_mode, args.batch, args.gen_tokens)
     side = json.loads(Path(source).read_text())
     if not isinstance(side, dict) or not isinstance(side.get("scores"), list):
         raise ValueError(f"{source}: not a scores file (write one with `python -m reward_tools.fidelity scores`)")
@@ -110,7 +121,12 @@ def compare_sides(a: dict, b: dict) -> dict:
     differs = {k: (a.get(k), b.get(k)) for k in WORKLOAD_KEYS if a.get(k) != b.get(k)}
     if differs:
         raise ValueError(f"the two sides scored different workloads: {differs}")
+    same = {}
+    if a.get("outputs") is not None and b.get("outputs") is not None:
+        pairs = [(x, y) for x, y in zip(a["outputs"], b["outputs"], strict=True) if x is not None and y is not None]
+        same = {"outputs_compared": len(pairs), "same_outputs": sum(x == y for x, y in pairs)}
     return {
+        **same,
         "a": {"source": a.get("source"), "file": a.get("file"), **(a.get("server") or {})},
         "b": {"source": b.get("source"), "file": b.get("file"), **(b.get("server") or {})},
         "workload": {k: a.get(k) for k in WORKLOAD_KEYS},
@@ -138,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--size", type=int, default=256)
         p.add_argument("--score-mode", default="logprob")
         p.add_argument("--batch", type=int, default=64, help="episodes per request (the hook's batch)")
+        p.add_argument("--gen-tokens", type=int, default=0, help="K: answers of exactly K greedy tokens, texts kept")
     args = parser.parse_args(argv)
     if not 1 <= args.batch <= MAX_BATCH_ITEMS:
         parser.error(f"--batch must be within 1..{MAX_BATCH_ITEMS}")
@@ -145,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         if args.command == "scores":
-            side = score_server(args.url, args.n, args.frames, args.size, args.score_mode, args.batch)
+            side = score_server(args.url, args.n, args.frames, args.size, args.score_mode, args.batch, args.gen_tokens)
             Path(args.out).write_text(json.dumps(side, indent=2))
-            print(json.dumps({k: v for k, v in side.items() if k != "scores"}, indent=2))
+            print(json.dumps({k: v for k, v in side.items() if k not in ("scores", "outputs")}, indent=2))
             return 0
         report = compare_sides(load_side(args.a, args), load_side(args.b, args))
     except (ValueError, OSError, httpx.HTTPError, RewardClientError) as exc:

@@ -173,9 +173,7 @@ def prepare(episode: EpisodeFile, spec: FrameSpec, nframes: int, out_form: Form,
     )
 
 
-def read_ahead(
-    form: Form, paths: Sequence[Path], root: Path, ahead: int, make
-) -> Iterator[Prepared | Unreadable]:
+def read_ahead(form: Form, paths: Sequence[Path], root: Path, ahead: int, make) -> Iterator[Prepared | Unreadable]:
     """Episodes read and prepared in a thread, `ahead` of the caller, in file order (reading
     overlaps judging)."""
     q: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
@@ -417,7 +415,14 @@ def run(args: argparse.Namespace) -> int:
     )
     logger.info(
         "%d episode files (%s form) in %s; %d already judged in %s; judge %s (%s on %s)",
-        len(paths), form, root, journal.resumed, out / JOURNAL, health.model, health.backend, health.engine,
+        len(paths),
+        form,
+        root,
+        journal.resumed,
+        out / JOURNAL,
+        health.model,
+        health.backend,
+        health.engine,
     )
 
     started = time.perf_counter()
@@ -452,13 +457,18 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
         logger.error(
             "interrupted: %d episodes judged so far are kept in %s; the same command resumes",
-            len(journal.entries), out / JOURNAL,
+            len(journal.entries),
+            out / JOURNAL,
         )
         return 130
     except RewardClientError as exc:
         progress.close()
-        logger.error("the judge failed: %s; %d judged episodes are kept in %s: run again to resume",
-                     exc, len(journal.entries), out / JOURNAL)
+        logger.error(
+            "the judge failed: %s; %d judged episodes are kept in %s: run again to resume",
+            exc,
+            len(journal.entries),
+            out / JOURNAL,
+        )
         return 1
     finally:
         client.close()
@@ -478,8 +488,11 @@ def run(args: argparse.Namespace) -> int:
         "in_judge_requests_s": round(labeler.judge_s, 3),
     }
     if args.strict and (unreadable or labeler.not_judged):
-        logger.error("--strict: %d unreadable and %d unjudged episodes; no dataset written",
-                     len(unreadable), len(labeler.not_judged))
+        logger.error(
+            "--strict: %d unreadable and %d unjudged episodes; no dataset written",
+            len(unreadable),
+            len(labeler.not_judged),
+        )
         _write_report(out, report)
         return 1
     if not labeled:

@@ -130,9 +130,7 @@ def write_rlinf_splits(
     return meta
 
 
-def write_pr301_dirs(
-    out: Path, episodes: Sequence[tuple[dict[str, np.ndarray], np.ndarray]]
-) -> dict[str, int]:
+def write_pr301_dirs(out: Path, episodes: Sequence[tuple[dict[str, np.ndarray], np.ndarray]]) -> dict[str, int]:
     """Write out/positive and out/negative (episodes as (images dict, frame labels)); counts."""
     counts = {"positive": 0, "negative": 0}
     for kind in counts:

@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +54,9 @@ from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import load_processor, render, video_metadata
 from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
+from reward_server.engines.vllm_encoder_batching import FQCN as BATCHING_FQCN
+from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
+from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm_options import check_supported
 
 logger = logging.getLogger(__name__)
@@ -60,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 # `--engine-option step_log=PATH`: one JSON line per engine step appended to PATH (a profile)
 STEP_LOG = "step_log"
+# `--engine-option gil_switch_ms=N`: the interpreter's thread switch interval (Python's default 5 ms).
+# The input-processing threads share the interpreter with the event loop that reads request bodies;
+# a shorter interval hands the loop back sooner when a thread holds the interpreter (an experiment)
+SWITCH_MS = "gil_switch_ms"
 
 
 def _step_line(scheduler_stats, iteration_stats) -> str:
@@ -335,15 +343,26 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", OPTION, STEP_LOG, *CURVE_OPTIONS}
+        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
             kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
+        if self.batches_encoder():
+            kwargs["worker_extension_cls"] = BATCHING_FQCN  # switched on by start()
         check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
+
+    def encoder_batching(self) -> bool:
+        """Whether each vLLM step encodes its images and videos in one call per modality
+        (engines/vllm_encoder_batching.py; `--engine-option encoder_batching=true`)."""
+        return bool(option_value(self.config.options.get(BATCHING, False)))
+
+    def batches_encoder(self) -> bool:
+        """Whether start() switches the encoder batching on (ours is vLLM's worker extension)."""
+        return self.encoder_batching() and "worker_extension_cls" not in self.config.options
 
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -367,8 +386,13 @@ class VllmEngine(Engine):
             args,
             stat_loggers=[_running_tracker(self.stats, self.config.options.get(STEP_LOG))],
         )
+        if self.batches_encoder():
+            answers = await self._llm.collective_rpc(BATCHING_METHOD)
+            logger.info("vision encoder batched by modality in vLLM's workers: %s", answers)
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
+        if self.config.options.get(SWITCH_MS) is not None:
+            sys.setswitchinterval(float(self.config.options[SWITCH_MS]) / 1000)
 
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""

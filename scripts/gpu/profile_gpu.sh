@@ -15,7 +15,9 @@
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16") on the hook path, STYLES (logprob), median of REPEATS (3), one
 #            server per row in turn, then the rows again in the same order (AB_ROUNDS, default 2),
-#            so each row is measured warm, twice, on episodes never sent before; one table.
+#            so each row is measured warm, twice, on episodes never sent before. FIDELITY_GEN=K: each
+#            row also answers the same N episodes with exactly K greedy tokens, compared with the
+#            first row's answers (reward_tools.fidelity: how many texts are the same).
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -28,14 +30,32 @@ COMMON="$COMMON --gpu-memory-utilization 0.85 --max-num-batched-tokens 65536 --m
 N=${N:-64}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RES/gpu.txt"
 
+wait_server() {  # url, pid, seconds: /health ok, or fail as soon as the server exits
+  for _ in $(seq "$3"); do
+    curl -sf "$1/health" >/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { echo "server exited: $1" >&2; return 1; }
+    sleep 1
+  done
+  echo "not ready: $1" >&2; return 1
+}
+
 serve_bench() {  # name, server flags, bench arguments...: one server, one bench, its phases
-  local name=$1 flags=$2
+  local name=$1 flags=$2 url=http://127.0.0.1:18080 pid
   shift 2
   local steps="$RES/${name}_steps.jsonl"
   rm -f "$steps"
   # shellcheck disable=SC2086  # flag lists
-  python3 -m reward_tools.bench --launch "$COMMON $flags --engine-option step_log=$steps" --paths hook_raw \
-    --n "$N" "$@" --out "$RES/$name.json" >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+  python3 -m reward_server $COMMON $flags --engine-option step_log="$steps" --port 18080 >"$RES/$name.server.log" 2>&1 &
+  pid=$!
+  if ! wait_server $url $pid 900; then tail -20 "$RES/$name.server.log"; return 0; fi
+  python3 -m reward_tools.bench --url $url --paths hook_raw --n "$N" "$@" --out "$RES/$name.json" \
+    >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+  if [ -n "${FIDELITY_GEN:-}" ]; then  # the same episodes' answers (exact K greedy tokens), for a side-by-side
+    python3 -m reward_tools.fidelity scores --url $url --n "$N" --gen-tokens "$FIDELITY_GEN" \
+      --out "$RES/${name}_answers.json" >/dev/null 2>>"$RES/$name.log" || echo "$name: no answers"
+  fi
+  kill -TERM $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
   [ -f "$RES/$name.json" ] || { tail -20 "$RES/$name.log"; return 0; }
   python3 -m reward_tools.steps_report "$RES/$name.json" "$steps" --decode-tokens "${DECODE:-256}" \
     --out "$RES/${name}_phases.json" >"$RES/${name}_phases.md"
@@ -73,12 +93,21 @@ case "${1:?primo, primo_raw, k1, curves or ab}" in
     ;;
   ab)
     IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
+    names=()
     for round in $(seq "${AB_ROUNDS:-2}"); do
       for row in "${rows[@]}"; do
+        # shellcheck disable=SC2086  # STYLES is a list
         serve_bench "ab_${row%%=*}_r$round" "--warmup-batch $N ${row#*=}" --styles ${STYLES:-logprob} \
           --repeats "${REPEATS:-3}"
+        names+=("ab_${row%%=*}_r$round")
       done
     done
+    if [ -n "${FIDELITY_GEN:-}" ] && [ ${#names[@]} -ge 2 ]; then  # every row's answers against the first row's
+      for name in "${names[@]:1}"; do
+        python3 -m reward_tools.fidelity compare "$RES/${names[0]}_answers.json" "$RES/${name}_answers.json" \
+          --out "$RES/${name}_vs_${names[0]}.json" | grep -E "same_outputs|outputs_compared|spearman" || true
+      done
+    fi
     ;;
   *) echo "unknown case $1" >&2; exit 2 ;;
 esac
