@@ -29,7 +29,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 OPTION = "encoder_batching"
-FQCN = f"{__name__}:ModalityBatching"
+FQCN = f"{__name__}.ModalityBatching"  # vLLM resolves module.Class
 METHOD = "reward_encoder_batching"
 
 _MARK = "_reward_by_modality"
