@@ -43,7 +43,6 @@ from typing import TypeVar
 
 import httpcore
 import httpx
-import numpy as np
 from pydantic import ValidationError
 
 from reward_client import raw_batch
@@ -166,7 +165,8 @@ class _Body:
             yield chunk
 
 
-Episode = tuple[ScoreOptions, "np.ndarray | str"]  # frames [T, H, W, 3] uint8, or a server-side video path
+# frames [T, H, W, 3] uint8, several named camera views of them, or a server-side video path
+Episode = tuple[ScoreOptions, raw_batch.Video]
 
 
 # --- answers: read, then checked --------------------------------------------------------------

@@ -178,8 +178,24 @@ class DeferredRewards:
             episode.tail.append((now, bool(counted[env])))
             episode.success_t = int(success_t[env])
 
-    def submit(self, batch: Batch, episodes: list[DeferredEpisode]) -> None:
-        """Send the batch on a request thread; its episodes are owed to the rollout buffer."""
+    def submit(self, batch: Batch, end_t: int, start_t: np.ndarray, counted: np.ndarray, success_t: np.ndarray) -> None:
+        """Send the batch of episodes that ended at step end_t on a request thread; they are owed
+        to the rollout buffer (start_t, counted, success_t: the hook's per-env arrays)."""
+        episodes = [
+            DeferredEpisode(
+                env=e.env,
+                start_t=int(start_t[e.env]),
+                end_t=end_t,
+                counted_end=bool(counted[e.env]),
+                success=e.success,
+                steps=e.steps,
+                length=e.length,
+                task=e.task,
+                task_id=e.task_id,
+                success_t=int(success_t[e.env]),
+            )
+            for e in batch.ended
+        ]
         self.deferred.extend(episodes)
         self.open.update({episode.env: episode for episode in episodes})
         if self._pool is None:

@@ -7,11 +7,12 @@ comes from. LIBERO's patch hands the hook host arrays in the hook's own terms (`
 
 - ManiSkill (`ManiSkillAdapter`): batched torch tensors on the env's device (one env object
   runs every env of its worker), frames `obs["main_images"]` (the base camera under
-  `obs_mode: rgb`), success `infos["success"]` (a termination may also be `fail`), the instruction
-  from the task when it has one, else `reward_model.task_text`, else this module's default for
-  the ManiSkill task id. RLinf's ManiSkill env has no `reward_coef`; the adapter scales the
-  judge's value by `env.*.reward_coef` (default 1) and hands it to `_calc_step_reward` in place of
-  the simulator's reward, so RLinf's own `use_rel_reward` arithmetic applies to it.
+  `obs_mode: rgb`; `reward_model.views` may add the cameras of `extra_view_images`), success
+  `infos["success"]` (a termination may also be `fail`), the instruction from the task when it
+  has one, else `reward_model.task_text`, else this module's default for the ManiSkill task id.
+  RLinf's ManiSkill env has no `reward_coef`; the adapter scales the judge's value by
+  `env.*.reward_coef` (default 1) and hands it to `_calc_step_reward` in place of the
+  simulator's reward, so RLinf's own `use_rel_reward` arithmetic applies to it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,7 @@ import numpy as np
 
 from reward_client.deferred import MANISKILL_RETURNS
 from reward_client.rlinf_hook import EnvStep, VLMRewardHook
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A torch tensor on any device, or anything numpy takes, as a host numpy array."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
+from reward_client.views import View, frames_of, to_numpy
 
 
 def flags(value: Any, num_envs: int) -> np.ndarray:
@@ -78,27 +73,29 @@ class ManiSkillAdapter:
             )
         return [self._fixed_task] * self.num_envs
 
-    def _frames(self, obs: dict) -> np.ndarray:
+    def _frames(self, obs: dict) -> tuple[np.ndarray, list[View]]:
         if obs.get("main_images") is None:
             raise ValueError(
                 "the VLM reward needs camera frames, and this ManiSkill env gives none (obs_mode state?): set "
                 "env.train.init_params.obs_mode: rgb (use_full_state: True keeps a state policy's input)"
             )
-        return to_numpy(obs["main_images"])
+        return frames_of(obs, self.hook.config.views)
 
     def view(self, obs: dict, infos: dict, terminations: Any, truncations: Any) -> EnvStep:
         success = infos.get("success", terminations)  # a task without a success check: its terminations
+        frames, views = self._frames(obs)
         return EnvStep(
-            frames=self._frames(obs),
+            frames=frames,
             tasks=self.tasks(),
             terminations=flags(terminations, self.num_envs),
             truncations=flags(truncations, self.num_envs),
             success=flags(success, self.num_envs),
+            views=views,
         )
 
     def on_reset(self, env_idx: Any, obs: dict) -> None:
         """Episodes start for env_idx (None: every env); obs holds all envs' current observation."""
-        self.hook.start(None if env_idx is None else to_numpy(env_idx), self._frames(obs))
+        self.hook.start(None if env_idx is None else to_numpy(env_idx), *self._frames(obs))
 
     def on_step(self, obs: dict, infos: dict, terminations: Any, truncations: Any) -> Any:
         """The reward to hand `_calc_step_reward` in place of the simulator's: reward_coef x the

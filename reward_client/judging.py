@@ -29,8 +29,17 @@ from reward_client.canary import CURVE_CANARIES, CanaryPlanner, Probe
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
 from reward_client.dense import Move, model_frame_count, moves, point_frames
 from reward_client.frames import FrameSpec, to_grid
-from reward_client.protocol import MAX_BATCH_ITEMS, BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
+from reward_client.protocol import (
+    MAX_BATCH_ITEMS,
+    BackendKwargs,
+    InlineFrames,
+    ScoreOptions,
+    ScoreRequest,
+    ViewFrames,
+)
+from reward_client.raw_batch import Video
 from reward_client.rlinf_config import RewardModelConfig
+from reward_client.views import View
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +68,7 @@ class Ended:
     success_so_far: bool  # success at any step of the episode (what the audit compares with)
     steps: list[int]  # frame steps sent (for a curve's moves)
     length: int  # frames recorded (actions + the reset frame)
+    views: list[View] = field(default_factory=list)  # several cameras: (label, frames) each, `frames` first
 
 
 @dataclass
@@ -68,7 +78,7 @@ class Batch:
 
     ended: list[Ended]
     probes: list[Probe]
-    episodes: list[tuple[ScoreOptions, np.ndarray | str]]
+    episodes: list[tuple[ScoreOptions, Video]]
     paths: list[str | None]  # files written for the request, deleted after it
     started: float
     finished: float = 0.0
@@ -130,13 +140,15 @@ class EpisodeJudge:
         """The request for episodes that ended together (all_tasks: every env's instruction, the
         pool wrong_task probes draw from)."""
         started = time.perf_counter()
-        frames = [e.frames for e in ended]
-        if self.config.to_grid:
-            frames = [to_grid(f, max_pixels=self.config.max_pixels) for f in frames]
+        frames = [self._fit(e.frames) for e in ended]
         envs, texts = [e.env for e in ended], [e.task for e in ended]
         self.planner.task_pool.update(dict.fromkeys(map(str, all_tasks)))
         probes = [] if self.canaries is None else self.planner.plan(envs, texts, frames, MAX_BATCH_ITEMS - len(envs))
-        built = [self._episode(e, t, f) for e, t, f in zip(envs, texts, frames, strict=True)]
+        # several cameras go as named views; canary probes are made of the first view alone
+        videos = [
+            {name: self._fit(f) for name, f in e.views} if e.views else f for e, f in zip(ended, frames, strict=True)
+        ]
+        built = [self._episode(e, t, v) for e, t, v in zip(envs, texts, videos, strict=True)]
         # static and reversed probes get a curve too: one that rises on them shows a judge blind to motion
         built += [self._episode(p.source, p.task, p.frames, p.request_id, p.kind in CURVE_CANARIES) for p in probes]
         self.counts["episodes"] += len(ended)
@@ -160,10 +172,15 @@ class EpisodeJudge:
             self._cleanup(batch.paths)
             batch.finished = time.perf_counter()
 
+    def _fit(self, frames: np.ndarray) -> np.ndarray:
+        """to_grid: frames resized onto the model's grid here, so the server resizes nothing."""
+        return to_grid(frames, max_pixels=self.config.max_pixels) if self.config.to_grid else frames
+
     def _episode(
-        self, env: int, task: str, frames: np.ndarray, tag: str | None = None, curve: bool = True
-    ) -> tuple[ScoreOptions, np.ndarray | str, str | None]:
-        """(options, frames or video path, file to delete afterwards) for one episode or probe."""
+        self, env: int, task: str, video: Video, tag: str | None = None, curve: bool = True
+    ) -> tuple[ScoreOptions, Video, str | None]:
+        """(options, frames, named views or video path, file to delete afterwards) for one episode or probe."""
+        frames = next(iter(video.values())) if isinstance(video, dict) else video
         points = 1
         if curve and self.config.progress_points > 1:
             points = min(self.config.progress_points, model_frame_count(self.spec, self.config.nframes, len(frames)))
@@ -180,21 +197,17 @@ class EpisodeJudge:
             from reward_client.video_io import write_mp4
 
             path = os.path.join(self._video_dir, f"{uuid.uuid4().hex}_env{env}{'_' + tag if tag else ''}.mp4")
-            write_mp4(frames, path)
+            write_mp4(frames, path)  # several views: the first (keep_videos)
             if self.config.transport == "video_path":
                 return options, path, path
-        return options, frames, None
+        return options, video, None
 
-    def _send(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]]) -> list:
+    def _send(self, episodes: list[tuple[ScoreOptions, Video]]) -> list:
         if self.config.transport == "inline":
-            requests = [
-                ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(frames))
-                for options, frames in episodes
-            ]
-            return self.client.score_batch(requests)
+            return self.client.score_batch([_inline(options, video) for options, video in episodes])
         return self.client.score_episodes(episodes)
 
-    def _score_batch(self, episodes: list[tuple[ScoreOptions, np.ndarray | str]], real: int) -> list:
+    def _score_batch(self, episodes: list[tuple[ScoreOptions, Video]], real: int) -> list:
         """If the server refuses the request as sent (4xx, e.g. a body limit that the canary
         probes pushed it over), the real episodes go again without them."""
         try:
@@ -322,6 +335,14 @@ class EpisodeJudge:
         for window in (self.audit, self.canaries):
             out.update(window.scalars() if window else {})
         return out
+
+
+def _inline(options: ScoreOptions, video: Video) -> ScoreRequest:
+    """The JSON form of one episode: base64 frames, or base64 named views."""
+    if isinstance(video, dict):
+        views = [ViewFrames(name=name, frames=InlineFrames.from_array(f)) for name, f in video.items()]
+        return ScoreRequest(**options.model_dump(), views=views)
+    return ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(video))
 
 
 __all__ = ["Batch", "Ended", "EpisodeJudge", "Outcome"]

@@ -23,6 +23,8 @@ MAX_MAX_PIXELS = 16384 * 28 * 28
 DEFAULT_NFRAMES = 16
 DEFAULT_MAX_PIXELS = 256 * 28 * 28  # 200704: a 256x256 LIBERO frame passes unscaled
 MAX_BATCH_ITEMS = 256
+MAX_VIEWS = 8  # camera views of one episode (each a video item of the prompt)
+MAX_VIEW_NAME_CHARS = 64
 
 ScoreMode = Literal["auto", "percentage", "unit", "logprob"]
 SCORE_MODES: tuple[str, ...] = ("auto", "percentage", "unit", "logprob")
@@ -212,6 +214,45 @@ class ScoreOptions(BaseModel):
         return {} if value is None else value
 
 
+class ViewFrames(BaseModel):
+    """One camera view of an episode, inline: its name (shown to the model) and its frames."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_VIEW_NAME_CHARS, description="e.g. 'main camera'")
+    frames: InlineFrames
+
+
+def _one_source(item: ScoreOptions, sources: tuple[str, ...]) -> None:
+    """Exactly one of an episode's video sources is given; several views are checked as such."""
+    given = [name for name in sources if getattr(item, name) is not None]
+    if len(given) != 1:
+        raise ValueError(
+            f"exactly one of {', '.join(sources)} must be given"
+            + (f" (got {', '.join(given)})" if given else " (got none)")
+        )
+    if given == ["views"]:
+        _check_views(item.views, item.progress_points)
+
+
+def _check_views(views: list, progress_points: int) -> None:
+    """Several views of one episode: distinct names without NUL, and the same frame count (the
+    same moments, so the server picks the same steps from each); one score, not a curve."""
+    if progress_points > 1:
+        raise ValueError(
+            f"progress_points {progress_points} with several views is not offered: a curve is drawn over one "
+            "view (send one view, or progress_points 1)"
+        )
+    names = [view.name for view in views]
+    for name in names:
+        _no_nul(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"views must have distinct names (got {names})")
+    counts = [view.frames.shape[0] for view in views]
+    if len(set(counts)) != 1:
+        raise ValueError(f"views must have the same number of frames, the same moments of the episode (got {counts})")
+
+
 class ScoreRequest(ScoreOptions):
     """One finished episode to judge (JSON body). Exactly one video source must be given."""
 
@@ -222,6 +263,13 @@ class ScoreRequest(ScoreOptions):
     )
     video_b64: str | None = Field(default=None, description="An encoded video file (e.g. MP4), base64.")
     frames: InlineFrames | None = Field(default=None, description="Raw RGB frames, inline.")
+    views: list[ViewFrames] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=MAX_VIEWS,
+        description="Several camera views of the episode, raw RGB frames inline, each named; the model sees "
+        "one video per view, in this order, each labelled with its name (instead of frames).",
+    )
 
     @field_validator("video_path")
     @classmethod
@@ -230,12 +278,7 @@ class ScoreRequest(ScoreOptions):
 
     @model_validator(mode="after")
     def _one_video_source(self) -> ScoreRequest:
-        given = [name for name in ("video_path", "video_b64", "frames") if getattr(self, name) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "exactly one of video_path, video_b64, frames must be given"
-                + (f" (got {', '.join(given)})" if given else " (got none)")
-            )
+        _one_source(self, ("video_path", "video_b64", "frames", "views"))
         return self
 
 
@@ -258,11 +301,22 @@ class FramesRef(BaseModel):
         return t * h * w * c
 
 
+class ViewRef(BaseModel):
+    """One camera view of a raw batch episode: its name and its frames in the payload."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_VIEW_NAME_CHARS, description="e.g. 'main camera'")
+    frames: FramesRef
+
+
 class RawScoreItem(ScoreOptions):
-    """One episode of a raw batch body: its frames in the payload, or a server-side video_path."""
+    """One episode of a raw batch body: its frames in the payload (one view, or several named
+    views), or a server-side video_path."""
 
     frames: FramesRef | None = None
     video_path: str | None = Field(default=None, max_length=4096)
+    views: list[ViewRef] | None = Field(default=None, min_length=2, max_length=MAX_VIEWS)
 
     @field_validator("video_path")
     @classmethod
@@ -271,9 +325,14 @@ class RawScoreItem(ScoreOptions):
 
     @model_validator(mode="after")
     def _one_video_source(self) -> RawScoreItem:
-        if (self.frames is None) == (self.video_path is None):
-            raise ValueError("exactly one of frames, video_path must be given")
+        _one_source(self, ("frames", "video_path", "views"))
         return self
+
+    def frame_refs(self) -> list[FramesRef]:
+        """Every frames region of the payload this item names (one per view)."""
+        if self.views is not None:
+            return [view.frames for view in self.views]
+        return [self.frames] if self.frames is not None else []
 
 
 class RawBatchHeader(BaseModel):

@@ -4,8 +4,9 @@
 
 Each episode sent as frames names its region of the payload (`frames.offset`, `frames.shape`:
 [T, H, W, 3] uint8, C-order; float frames in [0, 1] are converted by reward_client.frames.as_uint8
-before they are written, anything else is refused). The sender writes frames straight from its arrays, and the server
-uses them in place (numpy views of the body it received): nothing is encoded or copied on the
+before they are written, anything else is refused); an episode of several camera views names one
+region per view (`views`: name and frames each). The sender writes frames straight from its
+arrays, and the server uses them in place (numpy views of the body it received): nothing is encoded or copied on the
 way, which base64 in JSON costs twice (4/3 the bytes, an encode and a decode per frame).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,11 +60,19 @@ def _fields(options: ScoreOptions) -> dict:
     return fields
 
 
-def checked_video(video: np.ndarray | str) -> np.ndarray | str:
-    """A server-side path as it is, or frames as C-order uint8 [T, H, W, 3] by the one pixel rule
-    (reward_client.frames.as_uint8: float in [0, 1] becomes round(x * 255); other dtypes are refused)."""
+# One episode's video: frames [T, H, W, 3] uint8, several named camera views of it ({name: frames},
+# in the order the model sees them), or a server-side video path.
+Video = np.ndarray | Mapping[str, np.ndarray] | str
+
+
+def checked_video(video: Video) -> np.ndarray | dict[str, np.ndarray] | str:
+    """A server-side path as it is, or frames (each view's) as C-order uint8 [T, H, W, 3] by the
+    one pixel rule (reward_client.frames.as_uint8: float in [0, 1] becomes round(x * 255); other
+    dtypes are refused)."""
     if isinstance(video, str):
         return video
+    if isinstance(video, Mapping):
+        return {name: checked_video(frames) for name, frames in video.items()}
     arr = np.ascontiguousarray(as_uint8(video))
     if arr.ndim != 4 or arr.shape[-1] != 3:
         raise FrameError(f"frames must be [T, H, W, 3] uint8, got shape {list(arr.shape)}")
@@ -73,27 +82,39 @@ def checked_video(video: np.ndarray | str) -> np.ndarray | str:
 _OFFSET_DIGITS = 20  # room for any offset's digits in an item's size estimate
 
 
-def item_nbytes(options: ScoreOptions, video: np.ndarray | str) -> int:
+def item_nbytes(options: ScoreOptions, video: Video) -> int:
     """An upper bound of what one item adds to a raw batch body: its header entry and its frames."""
     if isinstance(video, str):
         return len(json.dumps({**_fields(options), "video_path": video}, separators=(",", ":"))) + 1
+    if isinstance(video, Mapping):
+        views = [{"name": name, "frames": {"shape": list(np.shape(v)), "offset": 0}} for name, v in video.items()]
+        entry = {**_fields(options), "views": views}
+        pixels = sum(int(np.prod(np.shape(v))) for v in video.values())
+        return len(json.dumps(entry, separators=(",", ":"))) + 1 + _OFFSET_DIGITS * len(views) + pixels
     shape = list(np.shape(video))
     entry = {**_fields(options), "frames": {"shape": shape, "offset": 0}}
     return len(json.dumps(entry, separators=(",", ":"))) + 1 + _OFFSET_DIGITS + int(np.prod(shape))
 
 
-def encode(items: Sequence[tuple[ScoreOptions, np.ndarray | str]]) -> RawBatchBody:
-    """A raw batch of (options, frames [T, H, W, 3] uint8 | server-side video path) pairs."""
+def encode(items: Sequence[tuple[ScoreOptions, Video]]) -> RawBatchBody:
+    """A raw batch of (options, video) pairs (`Video`: frames, named views, or a server-side path)."""
     entries, frames, offset = [], [], 0
+
+    def region(arr: np.ndarray) -> dict:
+        nonlocal offset
+        frames.append(memoryview(arr).cast("B"))
+        offset += arr.nbytes
+        return {"shape": list(arr.shape), "offset": offset - arr.nbytes}
+
     for options, video in items:
         fields = _fields(options)
         video = checked_video(video)
         if isinstance(video, str):
             entries.append({**fields, "video_path": video})
-            continue
-        entries.append({**fields, "frames": {"shape": list(video.shape), "offset": offset}})
-        frames.append(memoryview(video).cast("B"))
-        offset += video.nbytes
+        elif isinstance(video, dict):
+            entries.append({**fields, "views": [{"name": name, "frames": region(v)} for name, v in video.items()]})
+        else:
+            entries.append({**fields, "frames": region(video)})
     header = json.dumps({"requests": entries}, separators=(",", ":")).encode()
     return RawBatchBody([_PREFIX.pack(MAGIC, len(header)), header, *frames])
 
@@ -129,13 +150,13 @@ def decode_header(head: bytes | memoryview, body_length: int) -> RawBatchHeader:
         raise RawBatchError("header failed validation", exc.errors()) from None
     payload = body_length - end
     for index, item in enumerate(header.requests):
-        ref = item.frames
-        if ref is not None and ref.offset + ref.nbytes > payload:
-            raise RawBatchError(
-                f"requests.{index}.frames: {list(ref.shape)} at offset {ref.offset} needs "
-                f"{ref.offset + ref.nbytes} payload bytes, the body has {payload}"
-            )
-    named = sum(item.frames.nbytes for item in header.requests if item.frames is not None)
+        for ref in item.frame_refs():
+            if ref.offset + ref.nbytes > payload:
+                raise RawBatchError(
+                    f"requests.{index}.frames: {list(ref.shape)} at offset {ref.offset} needs "
+                    f"{ref.offset + ref.nbytes} payload bytes, the body has {payload}"
+                )
+    named = sum(ref.nbytes for item in header.requests for ref in item.frame_refs())
     hint = wide_pixels_hint(payload, named) if payload != named else ""
     if hint:  # frames written as float32 (or wider) with uint8 shapes: refused, never read as pixels
         raise RawBatchError(f"the payload holds {payload} bytes, the frames its header names {named}{hint}")
@@ -161,6 +182,7 @@ __all__ = [
     "RawBatchError",
     "RawBatchHeader",
     "RawScoreItem",
+    "Video",
     "checked_video",
     "decode",
     "decode_header",

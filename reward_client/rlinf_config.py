@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_client.canary import CANARY_KINDS, CanaryKind
 from reward_client.protocol import ScoreMode
+from reward_client.views import DEFAULT_VIEWS, check_views, several
 
 
 class RewardModelConfig(BaseModel):
@@ -79,6 +80,31 @@ class RewardModelConfig(BaseModel):
         description="K > 1: ask for a progress curve of K points (at most the frames sent); under use_rel_reward "
         "each point's gain is placed at the step where its prefix ends (needs rlinf_patches/env_worker.patch)",
     )
+    views: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_VIEWS),
+        description="the cameras the judge sees, one clip each in one prompt: main_images, wrist_images, "
+        "extra_view_images (each of its cameras) or extra_view_images[i] (reward_client.views)",
+    )
+
+    @field_validator("views")
+    @classmethod
+    def _known_views(cls, views: list[str]) -> list[str]:
+        return check_views(views)
+
+    @model_validator(mode="after")
+    def _views_fit(self) -> RewardModelConfig:
+        if not several(self.views):
+            return self
+        if self.transport == "video_path":
+            raise ValueError(
+                f"views {self.views}: transport video_path carries one video per episode; use transport raw or inline"
+            )
+        if self.progress_points > 1:
+            raise ValueError(
+                f"views {self.views} with progress_points {self.progress_points}: a curve is drawn over one view; "
+                "set progress_points: 1, or one view"
+            )
+        return self
 
     @classmethod
     def from_rlinf(cls, node: Any) -> RewardModelConfig:

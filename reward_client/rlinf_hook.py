@@ -40,6 +40,7 @@ from reward_client.dense import Move, place
 from reward_client.episodes import EpisodeBuffers
 from reward_client.judging import Ended, EpisodeJudge, Outcome
 from reward_client.rlinf_config import RewardModelConfig
+from reward_client.views import View, frames_of
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class EnvStep:
     truncations: np.ndarray  # bool [num_envs]: the time limit ended it
     success: np.ndarray  # bool [num_envs]: the env's own success check this step; audited, never a reward
     task_ids: Sequence[int] | None = None  # per-task audit names (else a slug of the task text)
+    views: Sequence[View] = ()  # several cameras (env.train.reward_model.views): each (label, frames), frames first
 
 
 class VLMRewardHook:
@@ -81,7 +83,9 @@ class VLMRewardHook:
                 "env.train.reward_model.progress_points > 1 places rewards within an episode, which needs episodes "
                 "that start with the rollout epoch: set env.train.auto_reset: False, or progress_points: 1"
             )
-        self.buffers = EpisodeBuffers(num_envs, config.nframes)
+        self.buffers = EpisodeBuffers(num_envs, config.nframes)  # the (first) view's frames
+        self.more_buffers: list[EpisodeBuffers] = []  # several views: the others', in order (same steps kept)
+        self.view_names: list[str] = []  # several views: each camera's label, in order
         self.judge = EpisodeJudge(config, client, reward_coef, self.buffers.spec, self.dense)
         self.ledger = (
             DeferredRewards(self.judge, num_envs, reward_coef, use_rel_reward, returns) if config.async_ else None
@@ -133,14 +137,20 @@ class VLMRewardHook:
 
     # --- episodes and steps (the env's side) ---------------------------------------------------
 
-    def start(self, env_idx: Any, frames: Any) -> None:
-        """Episodes start for env_idx (None: every env); frames holds all envs' current frames."""
+    def start(self, env_idx: Any, frames: Any, views: Sequence[View] = ()) -> None:
+        """Episodes start for env_idx (None: every env); frames holds all envs' current frames
+        (views: every camera's, when the judge sees several)."""
         ids = np.arange(self.num_envs) if env_idx is None else np.atleast_1d(np.asarray(env_idx, dtype=np.int64))
         new_epoch = len(ids) == self.num_envs  # every env restarts: a new rollout epoch
         if self.ledger is not None:
             self.ledger.restart(ids, self.t, new_epoch, self.auto_reset)
         frames = np.asarray(frames)
         self.buffers.start(ids, frames[ids])
+        if views and not self.more_buffers:
+            self.view_names = [name for name, _ in views]
+            self.more_buffers = [EpisodeBuffers(self.num_envs, self.config.nframes) for _ in views[1:]]
+        for buffers, (_, more) in zip(self.more_buffers, views[1:], strict=True):
+            buffers.start(ids, np.asarray(more)[ids])
         for arr in (self.values, self.scores, self.fallback, self.latency_ms, self.moved):
             arr[ids] = 0.0
         self.judged[ids] = False
@@ -175,6 +185,8 @@ class VLMRewardHook:
         if self.ledger is not None:
             self.ledger.stand(now, counted, self.success_t)
         self.buffers.append(view.frames, running)
+        for buffers, (_, more) in zip(self.more_buffers, view.views[1:], strict=True):
+            buffers.append(np.asarray(more), running)
         if self.ignore_terminations:
             ended = view.truncations
         elif self.config.score_on_truncation:
@@ -188,29 +200,32 @@ class VLMRewardHook:
             self.ledger.check_placed(self.t)
         return self.values.copy()
 
-    def on_reset(self, env_idx: Any, main_images: Any) -> None:
-        """LIBERO's reset: see `start`."""
-        self.start(env_idx, main_images)
+    def on_reset(self, env_idx: Any, obs: Any) -> None:
+        """LIBERO's reset: see `start`; obs is the env's observation (or its main_images)."""
+        self.start(env_idx, *frames_of(obs, self.config.views))
 
     def on_step(
         self,
-        main_images: Any,
+        obs: Any,
         task_descriptions: Sequence[str],
         terminations: Any,
         truncations: Any,
         task_ids: Any = None,
     ) -> np.ndarray:
-        """LIBERO's step: the value that replaces the termination flags in RLinf's reward. task_ids
-        (LIBERO's) name the per-task audit scalars (else a slug of the task text does)."""
+        """LIBERO's step: the value that replaces the termination flags in RLinf's reward. obs is
+        the env's observation (or its main_images); task_ids (LIBERO's) name the per-task audit
+        scalars (else a slug of the task text does)."""
         terminations = np.asarray(terminations, dtype=bool)
+        frames, views = frames_of(obs, self.config.views)
         return self.step(
             EnvStep(
-                frames=np.asarray(main_images),
+                frames=frames,
                 tasks=task_descriptions,
                 terminations=terminations,
                 truncations=np.asarray(truncations, dtype=bool),
                 success=terminations,  # LIBERO ends an episode early only when its success check fires
                 task_ids=task_ids,
+                views=views,
             )
         )
 
@@ -270,7 +285,8 @@ class VLMRewardHook:
                 env=env,
                 task=str(view.tasks[env]),
                 task_id=None if view.task_ids is None else view.task_ids[env],
-                frames=self.buffers.frames(env),  # copies: the env goes on stepping
+                frames=(frames := self.buffers.frames(env)),  # copies: the env goes on stepping
+                views=self._more_views(env, frames),
                 success=bool(view.success[env]),
                 success_so_far=bool(self.env_success[env]),
                 steps=self.buffers.steps(env) if self.dense else [],
@@ -284,22 +300,14 @@ class VLMRewardHook:
             for e, outcome in zip(ended, self.judge.outcomes(batch, *self.judge.call(batch)), strict=True):
                 self._apply(e.env, outcome)
             return
-        episodes = [
-            DeferredEpisode(
-                env=e.env,
-                start_t=int(self.start_t[e.env]),
-                end_t=self.t - 1,
-                counted_end=bool(counted[e.env]),
-                success=e.success,
-                steps=e.steps,
-                length=e.length,
-                task=e.task,
-                task_id=e.task_id,
-                success_t=int(self.success_t[e.env]),
-            )
-            for e in ended
-        ]
-        self.ledger.submit(batch, episodes)
+        self.ledger.submit(batch, self.t - 1, self.start_t, counted, self.success_t)
+
+    def _more_views(self, env: int, frames: np.ndarray) -> list[View]:
+        """Every camera's frames of env's episode when the judge sees several (frames: the first's)."""
+        if not self.more_buffers:
+            return []
+        more = [(name, b.frames(env)) for name, b in zip(self.view_names[1:], self.more_buffers, strict=True)]
+        return [(self.view_names[0], frames), *more]
 
     def _settle(self, episode: DeferredEpisode) -> None:
         """An async episode placed after its env stopped stepping (the epoch ended): its values

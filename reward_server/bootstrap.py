@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from reward_client.protocol import MAX_VIEWS
 from reward_server.engines import Engine, EngineConfig, load_engine
 from reward_server.profiles import Profile, SamplingDefaults, canonical_backend, load_profile
 from reward_server.settings import ServerSettings
@@ -75,7 +76,8 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         batch_wait_ms=settings.batch_wait_ms,
         seed=settings.seed,
         max_images=settings.max_images_per_request,
-        max_videos=settings.max_progress_points,
+        # videos per prompt: a progress curve's clips (one per point), or an episode's camera views
+        max_videos=max(settings.max_progress_points, MAX_VIEWS),
         options=settings.engine_options(),
     )
 

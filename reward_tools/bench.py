@@ -19,6 +19,11 @@ tokens: random weights need fixed output lengths). Paths, for N episodes ending 
 - `peer`: plain `vllm serve` (OpenAI chat API) with the same prompt text and the same 16 frames as
   an inline MP4 `video_url` (encoded at 2 fps outside the timing), N concurrent calls.
 
+`--views 1 2` measures each path with episodes of one and of two camera views side by side (each
+view its own frames, one clip per view in one prompt, as the hook sends `reward_model.views`);
+the table's `ms/ep` (wall time per episode of the batch) and `tokens` (prompt tokens per episode)
+are the cost per episode.
+
 Every path, the peer's included, is first warmed by one unmeasured batch of its own episodes;
 each measured batch has episodes no path was sent before; each row is the median of `--repeats`
 batches (default 3). Prints one table (with the server's mean per-stage timings per episode) and
@@ -54,7 +59,7 @@ import numpy as np
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient
 from reward_client.frames import to_grid
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
+from reward_client.protocol import MAX_VIEWS, BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
 
 logger = logging.getLogger("reward_tools.bench")
 
@@ -83,6 +88,8 @@ class Result:
     stages_max: dict[str, float] = field(default_factory=dict)  # server-side largest per episode
     window: tuple[float, float] = (0.0, 0.0)  # time.monotonic() at the batch's start and end (step logs)
     repeats_s: list[float] = field(default_factory=list)  # every repeat's wall time
+    views: int = 1  # camera views per episode (one clip each in one prompt)
+    prompt_tokens: float = 0.0  # mean per episode, as the server counted them
 
 
 def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
@@ -113,14 +120,31 @@ class Episodes:
     def __init__(self, frames: int, size: int, first_seed: int = 0):
         self.frames, self.size, self.next_seed = frames, size, first_seed
 
-    def take(self, n: int) -> list[np.ndarray]:
-        seeds = range(self.next_seed, self.next_seed + n)
-        self.next_seed += n
-        return [episode(seed, self.frames, self.size) for seed in seeds]
+    def take(self, n: int, views: int = 1) -> list:
+        """n episodes; with views > 1 each is {camera name: frames} (every camera its own frames)."""
+        seeds = range(self.next_seed, self.next_seed + n * views)
+        self.next_seed += n * views
+        videos = [episode(seed, self.frames, self.size) for seed in seeds]
+        if views == 1:
+            return videos
+        return [{f"camera {v}": videos[i * views + v] for v in range(views)} for i in range(n)]
 
 
-def _options(i: int, style: str, nframes: int) -> ScoreOptions:
+def _frames(video) -> list[np.ndarray]:
+    """Every camera's frames of one episode (one view, or {camera name: frames})."""
+    return list(video.values()) if isinstance(video, dict) else [video]
+
+
+def _options(i: int, style: str, video) -> ScoreOptions:
+    nframes = len(_frames(video)[0])
     return ScoreOptions(task_text=TASKS[i % len(TASKS)], nframes=nframes, backend_kwargs=style_kwargs(style))
+
+
+def _inline(options: ScoreOptions, video) -> ScoreRequest:
+    if isinstance(video, dict):
+        views = [ViewFrames(name=k, frames=InlineFrames.from_array(v)) for k, v in video.items()]
+        return ScoreRequest(**options.model_dump(), views=views)
+    return ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(video))
 
 
 def _stages(responses: list, pick=statistics.fmean) -> dict[str, float]:
@@ -146,21 +170,19 @@ class ServerPaths:
         started = time.perf_counter()
         if self.grid:  # in the timing: the env worker pays it
             videos = await asyncio.to_thread(lambda: [to_grid(v) for v in videos])
-        episodes = [(_options(i, style, len(v)), v) for i, v in enumerate(videos)]
+        episodes = [(_options(i, style, v), v) for i, v in enumerate(videos)]
         items = await asyncio.to_thread(self.hook.score_episodes, episodes)
         wall = time.perf_counter() - started
-        mib = sum(v.nbytes for v in videos) / 2**20
+        mib = sum(f.nbytes for v in videos for f in _frames(v)) / 2**20
         return wall, [i.response for i in items], mib
 
     async def hook_json(self, videos, style):
         started = time.perf_counter()
-        requests = [
-            ScoreRequest(**_options(i, style, len(v)).model_dump(), frames=InlineFrames.from_array(v))
-            for i, v in enumerate(videos)
-        ]
+        requests = [_inline(_options(i, style, v), v) for i, v in enumerate(videos)]
         items = await asyncio.to_thread(self.hook.score_batch, requests)
         wall = time.perf_counter() - started
-        mib = sum(len(r.frames.data_b64) for r in requests if r.frames) / 2**20
+        mib = sum(len(f.data_b64) for r in requests for f in ([r.frames] if r.frames else [v.frames for v in r.views]))
+        mib /= 2**20
         return wall, [i.response for i in items], mib
 
     async def hook_mp4(self, videos, style):
@@ -172,7 +194,7 @@ class ServerPaths:
             for i, v in enumerate(videos)
         ]
         items = await self.client.score_episodes(
-            [(_options(i, style, len(v)), p) for i, (v, p) in enumerate(zip(videos, paths, strict=True))]
+            [(_options(i, style, v), p) for i, (v, p) in enumerate(zip(videos, paths, strict=True))]
         )
         wall = time.perf_counter() - started
         mib = sum(os.path.getsize(p) for p in paths) / 2**20
@@ -181,10 +203,7 @@ class ServerPaths:
         return wall, [i.response for i in items], mib
 
     def _requests(self, videos, style) -> list[ScoreRequest]:
-        return [
-            ScoreRequest(**_options(i, style, len(v)).model_dump(), frames=InlineFrames.from_array(v))
-            for i, v in enumerate(videos)
-        ]
+        return [_inline(_options(i, style, v), v) for i, v in enumerate(videos)]
 
     async def concurrent(self, videos, style):
         requests = self._requests(videos, style)  # encoded outside the timing, as before
@@ -268,31 +287,34 @@ async def run(
     frames: int,
     size: int,
     first_seed: int = 0,
+    views: tuple[int, ...] = (1,),
 ):
     results = []
     episodes = Episodes(frames, size, first_seed)
     for style in styles:
         for name, fn in paths.items():
-            # warm-up, unmeasured: a whole batch of the largest size (kernels, graphs, connections, the
-            # engine's batch shapes), with its own episodes; the peer is warmed the same way
-            await fn(episodes.take(4 if name == "sequential" else max(ns)), style)
-            for n in ns:
-                runs = 1 if name == "sequential" else repeats
-                done = []
-                for _ in range(runs):
-                    videos = episodes.take(n)
-                    began = time.monotonic()
-                    wall, responses, mib = await fn(videos, style)
-                    window = (began, time.monotonic())
-                    errors = sum(r is None for r in responses)
-                    answered = [r for r in responses if r is not None and r is not True]
-                    row = Result(name, style, n, wall, n / wall, errors, _stages(answered), mib)
-                    row.stages_max, row.window = _stages(answered, max), window
-                    done.append(row)
-                median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
-                median.repeats_s = [round(r.wall_s, 4) for r in done]
-                results.append(median)
-                logger.info("%s (repeats: %s)", median, [round(r.wall_s, 3) for r in done])
+            for v in views:  # 1 and 2 views side by side: each measured batch of new episodes
+                # warm-up, unmeasured: a whole batch of the largest size (kernels, graphs, connections,
+                # the engine's batch shapes), with its own episodes; the peer is warmed the same way
+                await fn(episodes.take(4 if name == "sequential" else max(ns), v), style)
+                for n in ns:
+                    runs = 1 if name == "sequential" else repeats
+                    done = []
+                    for _ in range(runs):
+                        videos = episodes.take(n, v)
+                        began = time.monotonic()
+                        wall, responses, mib = await fn(videos, style)
+                        window = (began, time.monotonic())
+                        errors = sum(r is None for r in responses)
+                        answered = [r for r in responses if r is not None and r is not True]
+                        tokens = statistics.fmean(r.prompt_tokens or 0 for r in answered) if answered else 0.0
+                        row = Result(name, style, n, wall, n / wall, errors, _stages(answered), mib, views=v)
+                        row.stages_max, row.window, row.prompt_tokens = _stages(answered, max), window, tokens
+                        done.append(row)
+                    median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
+                    median.repeats_s = [round(r.wall_s, 4) for r in done]
+                    results.append(median)
+                    logger.info("%s (repeats: %s)", median, [round(r.wall_s, 3) for r in done])
     return results
 
 
@@ -322,13 +344,14 @@ async def first_batch(
 
 def table(results: list[Result]) -> str:
     lines = [
-        f"{'path':<11} {'style':<8} {'N':>4} {'eps/s':>7} {'wall s':>7} {'err':>4} {'MiB':>7} "
-        + " ".join(f"{s[:-3] + ' ms':>11}" for s in STAGES)
+        f"{'path':<11} {'style':<8} {'N':>4} {'eps/s':>7} {'wall s':>7} {'views':>5} {'ms/ep':>7} {'tokens':>7} "
+        f"{'err':>4} {'MiB':>7} " + " ".join(f"{s[:-3] + ' ms':>11}" for s in STAGES)
     ]
     for r in results:
         lines.append(
-            f"{r.path:<11} {r.style:<8} {r.n:>4} {r.episodes_per_s:>7.2f} {r.wall_s:>7.2f} {r.errors:>4} "
-            f"{r.request_mib:>7.1f} " + " ".join(f"{r.stages.get(s, float('nan')):>11.1f}" for s in STAGES)
+            f"{r.path:<11} {r.style:<8} {r.n:>4} {r.episodes_per_s:>7.2f} {r.wall_s:>7.2f} {r.views:>5} "
+            f"{1000 * r.wall_s / r.n:>7.1f} {r.prompt_tokens:>7.0f} {r.errors:>4} {r.request_mib:>7.1f} "
+            + " ".join(f"{r.stages.get(s, float('nan')):>11.1f}" for s in STAGES)
         )
     return "\n".join(lines)
 
@@ -350,6 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument(
+        "--views",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="camera views per episode, side by side (e.g. 1 2): one clip per view in one prompt "
+        "(hook_raw, hook_json, concurrent, sequential only)",
+    )
+    parser.add_argument(
         "--first-seed",
         type=int,
         default=None,
@@ -368,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.first_batch and not (args.url or args.launch is not None):
         parser.error("--first-batch needs --launch (a server started for it) or --url")
+    several = max(args.views) > 1 and {"hook_mp4", "peer"} & set(args.paths)
+    if several or not all(1 <= v <= MAX_VIEWS for v in args.views):
+        parser.error(f"--views: 1 to {MAX_VIEWS}; several views go as frames (not hook_mp4, not peer)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # episodes a million apart per run: a later run never repeats an earlier one's frames
@@ -386,7 +420,13 @@ def main(argv: list[str] | None = None) -> int:
         url = server.url
     report: dict = {
         "launch": args.launch,
-        "workload": {"frames": args.frames, "size": args.size, "max_pixels": 200704, "to_grid": args.to_grid},
+        "workload": {
+            "frames": args.frames,
+            "size": args.size,
+            "max_pixels": 200704,
+            "to_grid": args.to_grid,
+            "views": args.views,
+        },
     }
     try:
         chosen: dict[str, Callable] = {}
@@ -419,7 +459,9 @@ def main(argv: list[str] | None = None) -> int:
 
         async def go():
             try:
-                return await run(chosen, args.styles, args.n, args.repeats, args.frames, args.size, first_seed)
+                return await run(
+                    chosen, args.styles, args.n, args.repeats, args.frames, args.size, first_seed, tuple(args.views)
+                )
             finally:
                 for close in closers:
                     await close()

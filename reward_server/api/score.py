@@ -35,6 +35,7 @@ from reward_server.http.body import BodyReader
 from reward_server.media.decoding import (
     InvalidBody,
     Source,
+    View,
     parse_batch_json,
     parse_score_json,
     validation_message,
@@ -46,8 +47,15 @@ from reward_server.profiles import canonical_backend
 class Frames:
     """An episode's model-ready frames, and when its bytes had all arrived (perf_counter)."""
 
-    video: np.ndarray
+    video: np.ndarray  # several camera views: the first view's
     received: float
+    views: list[View] | None = None  # several named camera views, in the order the model sees them
+
+    @classmethod
+    def of(cls, ready: np.ndarray | list[View], received: float) -> Frames:
+        if isinstance(ready, list):
+            return cls(ready[0][1], received, ready)
+        return cls(ready, received)
 
 
 def _total(values) -> int | None:
@@ -56,9 +64,11 @@ def _total(values) -> int | None:
     return sum(known) if known else None
 
 
-def _timed(frames: Callable[[], Awaitable[np.ndarray]], received: float) -> Callable[[], Awaitable[Frames]]:
+def _timed(
+    frames: Callable[[], Awaitable[np.ndarray | list[View]]], received: float
+) -> Callable[[], Awaitable[Frames]]:
     async def run() -> Frames:
-        return Frames(await frames(), received)
+        return Frames.of(await frames(), received)
 
     return run
 
@@ -110,17 +120,20 @@ class EpisodeScoring:
             raise InvalidBody(f"{exc}{detail}") from None
 
         async def frames_of(item: raw_batch.RawScoreItem) -> Frames:
-            assert item.frames is not None
-            end = header_end + item.frames.offset + item.frames.nbytes
-            view = await reader.wait_for(end)
+            refs = item.frame_refs()
+            body = await reader.wait_for(header_end + max(ref.offset + ref.nbytes for ref in refs))
             received = time.perf_counter()
-            arr = raw_batch.frames_view(item.frames, view[header_end:])
-            return Frames(await self.preparer.raw(arr, item.nframes, item.max_pixels), received)
+            payload = body[header_end:]
+            if item.views is None:
+                arr = raw_batch.frames_view(refs[0], payload)
+                return Frames(await self.preparer.raw(arr, item.nframes, item.max_pixels), received)
+            views = [(view.name, raw_batch.frames_view(view.frames, payload)) for view in item.views]
+            return Frames.of(await self.preparer.views(views, item.nframes, item.max_pixels), received)
 
         work = []
         for item in header.requests:
             options = ScoreOptions.model_construct(**{k: getattr(item, k) for k in ScoreOptions.model_fields})
-            if item.frames is not None:
+            if item.video_path is None:
                 work.append((options, partial(frames_of, item)))
             else:
                 source = Source(options, "path", item.video_path or "")
@@ -167,6 +180,8 @@ class EpisodeScoring:
         prepared = time.perf_counter()
         if points > 1:
             requests = profile.build_curve(options.task_text, video, kwargs, score_mode, points)
+        elif ready.views is not None:
+            requests = [profile.build_views(options.task_text, ready.views, kwargs, score_mode)]
         else:
             requests = [profile.build(options.task_text, video, kwargs, score_mode)]
         for k, request in enumerate(requests):  # clients may reuse their own ids; the engine may not

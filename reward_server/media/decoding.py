@@ -24,7 +24,14 @@ from pydantic import BaseModel, ValidationError
 from reward_client.bounded_json import InvalidJSON, loads_bounded
 from reward_client.frames import FrameError, FrameSpec
 from reward_client.openai_chat import ChatCompletionRequest
-from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BatchScoreRequest, ScoreOptions, ScoreRequest
+from reward_client.protocol import (
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_NFRAMES,
+    BatchScoreRequest,
+    InlineFrames,
+    ScoreOptions,
+    ScoreRequest,
+)
 from reward_server.media.decode_pool import DecodePool
 from reward_server.media.decoded_budget import DecodedBudget, Lease, decoded_bytes
 from reward_server.media.images import MediaRef, decode_chat_media, media_bytes, probe_chat_media
@@ -61,7 +68,8 @@ def error_param(errors: list) -> str | None:
     return out or None
 
 
-SourceKind = Literal["path", "encoded", "frames"]
+SourceKind = Literal["path", "encoded", "frames", "views"]
+View = tuple[str, np.ndarray]  # one named camera view of an episode: (name, frames [T, H, W, 3])
 
 
 @dataclass
@@ -70,7 +78,7 @@ class Source:
 
     options: ScoreOptions
     kind: SourceKind
-    payload: str | bytes | np.ndarray
+    payload: str | bytes | np.ndarray | list[View]
 
 
 def validation_message(errors: list) -> str:
@@ -107,12 +115,17 @@ def _source(req: ScoreRequest) -> Source | VideoError:
         except ValueError:
             return VideoError("video_b64 is not valid base64")
         return Source(options, "encoded", raw) if raw else VideoError("video_b64 is empty")
-    assert req.frames is not None
     try:
-        raw = req.frames.decode()
+        if req.views is not None:
+            return Source(options, "views", [(view.name, _inline(view.frames)) for view in req.views])
+        assert req.frames is not None
+        return Source(options, "frames", _inline(req.frames))
     except ValueError as exc:
         return VideoError(str(exc))
-    return Source(options, "frames", np.frombuffer(raw, dtype=np.uint8).reshape(req.frames.shape))
+
+
+def _inline(frames: InlineFrames) -> np.ndarray:
+    return np.frombuffer(frames.decode(), dtype=np.uint8).reshape(frames.shape)
 
 
 # --- run in decode workers ----------------------------------------------------------------------
@@ -216,11 +229,15 @@ class Preparer:
             return await asyncio.to_thread(fn, bytes(body))
         return await self.pool.run(fn, bytes(body), task="body")
 
-    async def frames(self, source: Source) -> np.ndarray:
+    async def frames(self, source: Source) -> np.ndarray | list[View]:
+        """Model-ready frames (several views: each view's, named, in order)."""
         o = source.options
         if source.kind == "frames":
             assert isinstance(source.payload, np.ndarray)
             return await self.raw(source.payload, o.nframes, o.max_pixels)
+        if source.kind == "views":
+            assert isinstance(source.payload, list)
+            return await self.views(source.payload, o.nframes, o.max_pixels)
         probe = None
         if self.budget is not None:  # what decoding will make, known before decoding
             probe = await self.pool.run(probe_media, source.kind, source.payload, self.roots, self.limits)
@@ -281,6 +298,11 @@ class Preparer:
         t, h, w = frames.shape[:3]
         await self._admit(t, h, w, nframes, max_pixels)
         return await asyncio.to_thread(prepare_raw, frames, nframes, max_pixels, self.spec)
+
+    async def views(self, views: Sequence[View], nframes: int, max_pixels: int) -> list[View]:
+        """Each camera view model-ready, as `raw` makes one (the same steps picked from each). One
+        after the other in this task: each view's budget lease lasts until the episode's answer."""
+        return [(name, await self.raw(frames, nframes, max_pixels)) for name, frames in views]
 
     async def _admit(self, t: int, h: int, w: int, nframes: int, max_pixels: int) -> None:
         """Take the episode's decoded size from the budget until its task (its answer) ends."""

@@ -14,7 +14,7 @@ import numpy as np
 from reward_client.frames import QWEN2_5_VL, FrameSpec
 from reward_client.progress import prefix_ends
 from reward_client.protocol import BackendKwargs, ScoreMode
-from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
+from reward_server.engines.io import EngineOutput, EngineRequest, Part, Sampling, TextPart, VideoPart
 from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
 from reward_server.request_errors import FieldError
 
@@ -108,6 +108,14 @@ class Profile(ABC):
         on the clips in order, so that one prefix's prompt is a prompt prefix of the next's (the
         engine's prefix cache reuses it). One clip is the plain request (`video` set)."""
 
+    @abstractmethod
+    def build_views(
+        self, task_text: str, views: list[tuple[str, np.ndarray]], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        """The engine request that judges one episode filmed by several cameras: `views` holds
+        each camera's name and frames (the same moments, already normalized), in the order the
+        model sees them. Each profile says how they reach its model."""
+
     def build_curve(
         self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode, points: int
     ) -> list[EngineRequest]:
@@ -156,6 +164,11 @@ def clip_request(clips: list[np.ndarray], **fields) -> EngineRequest:
     if len(clips) == 1:
         return EngineRequest(video=clips[0], **fields)
     return EngineRequest(video=None, clips=list(clips), **fields)
+
+
+def view_parts(views: list[tuple[str, np.ndarray]]) -> tuple[Part, ...]:
+    """One clip per view, each after a line naming its camera (the video items' order is the views')."""
+    return tuple(part for name, _ in views for part in (TextPart(f"{name}:"), VideoPart()))
 
 
 def fill_task(template: str, task_text: str) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engines.io import ChatPrompt, EngineRequest, ImagePart, TextPart, VideoPart
-from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task
+from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task, view_parts
 
 PRIMO_SYSTEM_PROMPT = """A conversation between User and Assistant. The Assistant is an expert AI specializing in embodied procedure and event reasoning based on visual input (video or images). The assistant must strictly follow a specific thought process and output format. The reasoning process is enclosed within <think> </think> tags, and the final answer is within <answer> </answer> tags. The <think> block must contain three ordered subsections: <planning>, <observation>, and <reasoning>. The <answer> block must contain only the final output required by the question type and no other commentary."""
 
@@ -87,20 +87,42 @@ class PrimoR1Profile(Profile):
     score_modes = ("auto", "percentage", "unit")
     sampling_defaults = SamplingDefaults(max_tokens=4096, temperature=0.1, top_p=0.001)
 
-    def build_clips(
-        self, task_text: str, clips: list[np.ndarray], kwargs: BackendKwargs, score_mode: ScoreMode
-    ) -> EngineRequest:
+    def _question(self, task_text: str, kwargs: BackendKwargs) -> tuple[str, str]:
+        """(system prompt, the user turn's text) for this task."""
         question = (
             fill_task(kwargs.prompt, task_text)
             if kwargs.prompt
             else PRIMO_PROGRESS_QUESTION.format(task_instruction=task_text.strip())
         )
         system = PRIMO_SYSTEM_PROMPT if kwargs.system_prompt is None else kwargs.system_prompt
+        return system, primo_user_text(question)
+
+    def build_views(
+        self, task_text: str, views: list[tuple[str, np.ndarray]], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        # the official layout with the video replaced by one named clip per camera: the first
+        # view's first frame, every view's clip after its name, the first view's last frame, the
+        # official question (PRIMO-R1 was trained on one video: several are outside its training)
+        system, text = self._question(task_text, kwargs)
+        main = views[0][1]
+        chat = ChatPrompt(system=system, user=(ImagePart(0), *view_parts(views), ImagePart(1), TextPart(text)))
+        return clip_request(
+            [frames for _, frames in views],
+            chat=chat,
+            images=[main[0], main[-1]],
+            sampling=self.sampling(kwargs, score_mode),
+            fps=self.fps,
+        )
+
+    def build_clips(
+        self, task_text: str, clips: list[np.ndarray], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        system, text = self._question(task_text, kwargs)
         # A curve's prefix: first frame, its clips in order, then its own last frame and the
         # question; everything up to the last frame is shared with the longer prefixes.
         chat = ChatPrompt(
             system=system,
-            user=(ImagePart(0), *(VideoPart() for _ in clips), ImagePart(1), TextPart(primo_user_text(question))),
+            user=(ImagePart(0), *(VideoPart() for _ in clips), ImagePart(1), TextPart(text)),
         )
         return clip_request(
             clips,

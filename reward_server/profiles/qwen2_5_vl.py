@@ -6,7 +6,7 @@ import numpy as np
 
 from reward_client.protocol import BackendKwargs, ScoreMode
 from reward_server.engines.io import ChatPrompt, EngineRequest, TextPart, VideoPart
-from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task
+from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task, view_parts
 
 PROGRESS_PROMPT = (
     "The video shows a robot arm working on this task: {task}\n"
@@ -20,6 +20,21 @@ PROGRESS_PROMPT = (
 LOGPROB_PROMPT = (
     "The video shows a robot arm working on this task: {task}\n"
     "Claim: by the end of the video, the robot has fully completed the task.\n"
+    "Is the claim correct? Answer Yes or No."
+)
+
+
+# Several cameras: one clip per view, each after a line naming it, then the question about all of
+# them (the same moments from each camera), in the same two forms.
+VIEWS_PROGRESS_PROMPT = (
+    "The videos above show one robot arm working on this task, each from one camera, at the same moments: {task}\n"
+    "How much of the task is done by the end of the videos? Give the completion as a percentage "
+    "from 0 (nothing done) to 100 (task fully completed).\n"
+    "Answer with one number between 0 and 100 and nothing else."
+)
+VIEWS_LOGPROB_PROMPT = (
+    "The videos above show one robot arm working on this task, each from one camera, at the same moments: {task}\n"
+    "Claim: by the end of the videos, the robot has fully completed the task.\n"
     "Is the claim correct? Answer Yes or No."
 )
 
@@ -38,4 +53,14 @@ class Qwen25VLProfile(Profile):
         template = kwargs.prompt or (LOGPROB_PROMPT if score_mode == "logprob" else PROGRESS_PROMPT)
         user = (*(VideoPart() for _ in clips), TextPart(fill_task(template, task_text)))
         chat = ChatPrompt(system=kwargs.system_prompt, user=user)
+        return clip_request(clips, chat=chat, sampling=self.sampling(kwargs, score_mode), fps=self.fps)
+
+    def build_views(
+        self, task_text: str, views: list[tuple[str, np.ndarray]], kwargs: BackendKwargs, score_mode: ScoreMode
+    ) -> EngineRequest:
+        template = kwargs.prompt or (VIEWS_LOGPROB_PROMPT if score_mode == "logprob" else VIEWS_PROGRESS_PROMPT)
+        chat = ChatPrompt(
+            system=kwargs.system_prompt, user=(*view_parts(views), TextPart(fill_task(template, task_text)))
+        )
+        clips = [frames for _, frames in views]
         return clip_request(clips, chat=chat, sampling=self.sampling(kwargs, score_mode), fps=self.fps)
