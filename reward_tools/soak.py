@@ -498,8 +498,11 @@ def main(argv: list[str] | None = None) -> int:
     for t in threads:
         t.start()
     end = time.monotonic() + args.minutes * 60
+    # SIGUSR1 ends the soak early and still writes the report (a lent machine's time running out)
+    early = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: early.set())
     try:
-        while time.monotonic() < end:
+        while time.monotonic() < end and not early.is_set():
             time.sleep(10)
             with tally.lock:
                 lat = [s for _, s, _ in tally.latency]

@@ -7,6 +7,7 @@
 #   bash scripts/gpu/soak_gpu.sh start    # starts the soak (SOAK_MIN minutes, default 20.5), waits ~9 min
 #   bash scripts/gpu/soak_gpu.sh wait     # waits up to ~9.5 min more, printing progress
 #   bash scripts/gpu/soak_gpu.sh collect  # waits for the end; the JSON, PNG and logs come back in $OUT
+#                                         # (STOP=1: ends the soak now, SIGUSR1; it still reports)
 #
 # Workload (as the first GPU soak of issue 42): 4 env workers x 16 envs, 16 frames of 256x256,
 # logprob, the server restarted at SOAK_RESTARTS minutes (default 4,8,12,16: SIGTERM to the
@@ -42,7 +43,8 @@ case "${1:?start, wait or collect}" in
     setsid bash -c "python3 -m reward_tools.soak --launch '$LAUNCH' --minutes ${SOAK_MIN:-20.5} --workers 4 --envs 16 \
       --size 256 --nframes 16 --restart-at-min ${SOAK_RESTARTS:-4,8,12,16} \
       --note 'one H200, vLLM 0.24, Qwen2.5-VL-7B shapes with random weights' \
-      --out $RES/gpu_soak.json >$RES/soak.log 2>&1; echo \$? >$RES/done" </dev/null >/dev/null 2>&1 &
+      --out $RES/gpu_soak.json >$RES/soak.log 2>&1 & echo \$! >$RES/soak.pid; wait \$!; echo \$? >$RES/done" \
+      </dev/null >/dev/null 2>&1 &
     wait_for "${WAIT_S:-540}"
     progress
     ;;
@@ -51,6 +53,9 @@ case "${1:?start, wait or collect}" in
     progress
     ;;
   collect)
+    if [ "${STOP:-0}" = 1 ] && [ ! -f "$RES/done" ]; then  # end it now: the soak still writes its report
+      kill -USR1 "$(cat "$RES/soak.pid")" 2>/dev/null || true
+    fi
     wait_for "${WAIT_S:-570}"
     progress
     [ -f "$RES/done" ] && echo "soak exit $(cat "$RES/done")" || echo "soak still running"
