@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Run the A/B/C comparison (and D) against a patched RLinf v0.3 checkout, one run after another.
+# Run the A/B/C comparison (and D) against a patched RLinf checkout, main or v0.3, one run after another.
 #
-#   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] \
-#        [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out experiments/<date>] [-- OVERRIDE...]
+#   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|starvla|maniskill] \
+#        [--suite libero_spatial|libero_10] [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] \
+#        [--out experiments/<date>] [-- OVERRIDE...]
 #
 # --env picks the run configs: libero (default) libero_10_grpo_openvlaoft_run{A,B_qwen,C_primo} and
 # run D, libero_10_ppo_openvlaoft_runD_dense (PPO on the Qwen judge's progress curves: --runs A,B,C,D);
-# maniskill maniskill_ppo_mlp_run{A,B_qwen,C_primo} (one training GPU: --reward-gpus 1).
+# starvla (RLinf main only) <suite>_grpo_starvla_run{A,B_qwen,C_primo}, StarVLA QwenOFT on
+# --suite libero_spatial (default) or libero_10; maniskill maniskill_ppo_mlp_run{A,B_qwen,C_primo}
+# (one training GPU: --reward-gpus 1). Which RLinf RLINF_DIR is, main or v0.3, is read from its code
+# (apply_rlinf_patches.sh --which); both versions' configs have the same names.
 #
 # For run B, C and D it starts the matching reward server on --reward-gpus (kept apart from
-# RLinf's placement, GPUs 0-5 in the run configs), waits for /health, runs
+# RLinf's placement, GPUs 0-3 in the LIBERO run configs), waits for /health, runs
 # `examples/embodiment/run_embodiment.sh <config>`, and stops the server whatever happened.
 # Every run keeps its own reward-server log and RLinf console log under --out; RLinf's own
 # logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
@@ -31,11 +35,12 @@ log() { echo "[run_experiments] $*" >&2; }
 [ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
 RLINF_DIR=$(cd "$1" && pwd) || die "no such directory: $1"
 shift
-env_name=libero; runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
+env_name=libero; suite=libero_spatial; runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
 health_timeout=${HEALTH_TIMEOUT_S:-1800}
 while [ $# -gt 0 ]; do
   case "$1" in
     --env) env_name=$2; shift 2 ;;
+    --suite) suite=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --reward-gpus) reward_gpus=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
@@ -48,8 +53,9 @@ while [ $# -gt 0 ]; do
 done
 overrides=("$@")
 
+version=$(bash "$ROOT/scripts/apply_rlinf_patches.sh" "$RLINF_DIR" --which) || exit 1
 bash "$ROOT/scripts/apply_rlinf_patches.sh" "$RLINF_DIR" --check >/dev/null \
-  || die "$RLINF_DIR is not patched: bash scripts/apply_rlinf_patches.sh $RLINF_DIR"
+  || die "$RLINF_DIR (RLinf $version) is not patched: bash scripts/apply_rlinf_patches.sh $RLINF_DIR"
 launcher="$RLINF_DIR/examples/embodiment/run_embodiment.sh"
 [ -f "$launcher" ] || die "no $launcher"
 IFS=, read -r -a run_list <<<"$runs"
@@ -142,13 +148,19 @@ run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are
 
 case "$env_name" in
   libero) prefix=libero_10_grpo_openvlaoft ;;
+  starvla)
+    [ "$version" = main ] || die "StarVLA runs need RLinf main ($RLINF_DIR is RLinf $version)"
+    case "$suite" in libero_spatial | libero_10) ;; *) die "unknown suite '$suite' (libero_spatial or libero_10)" ;; esac
+    prefix=${suite}_grpo_starvla ;;
   maniskill) prefix=maniskill_ppo_mlp ;;
-  *) die "unknown env '$env_name' (libero or maniskill)" ;;
+  *) die "unknown env '$env_name' (libero, starvla or maniskill)" ;;
 esac
 declare -A config=([A]=${prefix}_runA [B]=${prefix}_runB_qwen [C]=${prefix}_runC_primo)
 if [ "$env_name" = libero ]; then config[D]=libero_10_ppo_openvlaoft_runD_dense; fi
 for run in "${run_list[@]}"; do
   [ -n "${config[$run]:-}" ] || die "run $run has no $env_name config (run D: --env libero)"
+  [ -f "$RLINF_DIR/examples/embodiment/config/${config[$run]}.yaml" ] \
+    || die "no ${config[$run]}.yaml in $RLINF_DIR/examples/embodiment/config (bash scripts/apply_rlinf_patches.sh $RLINF_DIR)"
 done
 summary=()
 status=0

@@ -3,8 +3,8 @@
 # whole loop (Hydra config, Ray workers, LIBERO-10 simulator, reward server, TensorBoard) in
 # about 7 minutes on 2 CPU cores.
 #
-#   bash scripts/run_tiny_experiments.sh [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C,D]
-#        [--judge-model DIR]
+#   bash scripts/run_tiny_experiments.sh [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR]
+#        [--runs A,B,C,D] [--judge-model DIR]
 #
 # The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
 # them small: RLinf's mlp_policy (random init; reads LIBERO's 8 state numbers) instead of
@@ -19,10 +19,18 @@
 # small by TINY_MANISKILL: one env (ManiSkill's CPU physics runs one per env object), 16 steps,
 # 56x56 frames, 2 training steps; without CUDA on CPU physics, rendering on Mesa's lavapipe
 # (scripts/setup_maniskill_env.sh).
+# --env starvla (RLinf main only) runs the StarVLA configs on LIBERO-10
+# (libero_10_grpo_starvla_run{A,B_qwen,C_primo}: main's LiberoEnv and env worker, GRPO, 8-action
+# chunks, chunk-level rewards) made small by TINY_STARVLA: StarVLA's 3B QwenOFT cannot run here, so
+# RLinf's mlp_policy stands in for it with StarVLA's chunking (8 actions a chunk: 16 steps are 2
+# chunk steps); only LIBERO-10's assets are on the CPU machines, so LIBERO-10 task 8, not
+# libero_spatial.
 #
-# --rlinf: an RLinf v0.3 checkout (default: the rlinf package of the LIBERO environment plus the
-# examples/ folder at $RLINF_EXAMPLES). It is copied to OUT/rlinf and patched there, never in place.
-# Without CUDA the copy also gets tests/rlinf_cpu_shim.patch (RLinf v0.3 has no CPU path; test
+# --rlinf: an RLinf checkout, v0.3 or main (apply_rlinf_patches.sh tells them apart); `main`: the
+# RLinf main that scripts/setup_rlinf_main.sh unpacks; default: RLinf v0.3, the rlinf package of the
+# LIBERO environment plus the examples/ folder at $RLINF_EXAMPLES. It is copied to OUT/rlinf and
+# patched there, never in place. Without CUDA the copy also gets the version's test-only CPU shim
+# (tests/rlinf_cpu_shim.patch, tests/rlinf_cpu_shim_main.patch: RLinf has no CPU path; test
 # infrastructure that apply_rlinf_patches.sh never applies) and the bucket weight syncer; with
 # CUDA the same command runs RLinf unmodified but for the project's patch.
 # Writes OUT/compare.png and OUT/compare.csv, and prints a per-step summary (OUT/summary.txt).
@@ -56,6 +64,25 @@ TINY=(
 )
 # Run D's own (run_experiments.sh gives a RUN: override to that run alone): PPO needs the critic.
 TINY_D=(D:actor.model.add_value_head=True D:algorithm.group_size=1 D:algorithm.update_epoch=1)
+# The same for RLinf main's StarVLA run configs on LIBERO-10 (StarVLA's shape, RLinf's mlp_policy):
+# the policy keeps StarVLA's 8-action chunks, GRPO groups of 2, 2 envs x 16 steps (2 chunk steps)
+# on task 8, 2 training steps of the 4 chunk-level samples a rollout gives.
+TINY_STARVLA=(
+  actor.model.model_type=mlp_policy +actor.model.obs_dim=8 actor.model.action_dim=7
+  actor.model.precision=fp32 actor.model.add_value_head=False
+  actor.model.model_path=null rollout.model.model_path=null
+  '~cluster.component_placement' +cluster.component_placement.actor=0
+  +cluster.component_placement.env=0 +cluster.component_placement.rollout=0
+  algorithm.group_size=2 env.train.total_num_envs=2 env.train.rollout_epoch=1
+  env.train.max_episode_steps=16 env.train.max_steps_per_rollout_epoch=16 +env.train.specific_reset_id=400
+  env.train.video_cfg.save_video=False runner.val_check_interval=-1
+  env.train.reward_model.score_mode=logprob env.train.reward_model.backend=qwen2_5_vl_vllm
+  env.train.reward_model.wait_ready_s=120
+  actor.micro_batch_size=4 actor.global_batch_size=4 actor.enable_offload=False rollout.enable_offload=False
+  actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
+  runner.max_epochs=2 runner.save_interval=-1
+  B:env.train.reward_model.async=False
+)
 # The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
 TINY_MANISKILL=(
   env.train.total_num_envs=1 env.eval.total_num_envs=1
@@ -87,14 +114,19 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --judge-model) judge=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) die "unknown option '$1' (usage: $0 [--env libero|maniskill] [--rlinf DIR] [--out DIR] [--runs A,B,C,D] [--judge-model DIR] [--port N])" ;;
+    *) die "unknown option '$1' (usage: $0 [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR] [--runs A,B,C,D] [--judge-model DIR] [--port N])" ;;
   esac
 done
 case "$env_name" in
   libero) sim=libero; overrides=("${TINY[@]}" "${TINY_D[@]}"); runs=${runs:-A,B,C,D} ;;
+  starvla) sim=libero; overrides=("${TINY_STARVLA[@]}"); runs=${runs:-A,B,C} ;;
   maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}"); runs=${runs:-A,B,C} ;;
-  *) die "unknown env '$env_name' (libero or maniskill)" ;;
+  *) die "unknown env '$env_name' (libero, starvla or maniskill)" ;;
 esac
+if [ "$rlinf_src" = main ]; then
+  rlinf_src=$(LIBERO_VENV="$VENV" bash "$ROOT/scripts/setup_rlinf_main.sh" | sed -n 's/^RLINF_MAIN_DIR=//p')
+  [ -n "$rlinf_src" ] || die "scripts/setup_rlinf_main.sh gave no RLinf main checkout"
+fi
 
 [ -x "$LIBERO_PY" ] || die "no LIBERO environment at $VENV: bash scripts/setup_libero_env.sh"
 # with --rlinf the checkout brings rlinf itself
@@ -122,13 +154,17 @@ else
   cp -r "$examples/embodiment" "$tree/examples/"
 fi
 find "$tree" -name __pycache__ -prune -exec rm -rf {} +
+version=$(bash "$ROOT/scripts/apply_rlinf_patches.sh" "$tree" --which)
+[ "$env_name" != starvla ] || [ "$version" = main ] || die "--env starvla needs RLinf main (--rlinf main); $rlinf_src is RLinf $version"
 bash "$ROOT/scripts/apply_rlinf_patches.sh" "$tree" >&2
+shim="$ROOT/tests/rlinf_cpu_shim.patch"
+[ "$version" = v0.3 ] || shim="$ROOT/tests/rlinf_cpu_shim_$version.patch"
 
 if "$LIBERO_PY" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
   log "CUDA present: RLinf as released (plus the project's patch)"
 else
   log "no CUDA: applying the test-only CPU shim to the copy"
-  (cd "$tree" && GIT_CEILING_DIRECTORIES="$(dirname "$tree")" git apply "$ROOT/tests/rlinf_cpu_shim.patch")
+  (cd "$tree" && GIT_CEILING_DIRECTORIES="$(dirname "$tree")" git apply "$shim")
   overrides+=("${CPU_ONLY[@]}")
   if [ "$env_name" = maniskill ]; then
     overrides+=("${MANISKILL_CPU[@]}")
@@ -166,7 +202,7 @@ done
 [ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
 "$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
   --metric env/success_once --metric env/return --metric env/vlm_score --metric train/actor/grad_norm \
-  --title "Tiny ${runs//,/\/} ($env_name) through RLinf's train_embodied_agent.py (mlp_policy, random-weight judge)"
+  --title "Tiny ${runs//,/\/} ($env_name) through RLinf $version's train_embodied_agent.py (mlp_policy, random-weight judge)"
 "$PY" "$ROOT/scripts/tiny_summary.py" "${compare[@]}" | tee "$out/summary.txt"
 log "done in $((SECONDS - start)) s: $out/compare.png"
 exit $status
