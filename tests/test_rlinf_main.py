@@ -9,6 +9,7 @@ names another); RLinf v0.3 is the rlinf==0.3.0 wheel with v0.3's config groups
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -305,3 +306,42 @@ def test_run_configs_fit_rlinfs_process_arithmetic(version, main_tree, v03_tree)
             assert cfg.env.eval.total_num_envs % gpus == 0, (name, placement)
         if "reward_model" in train and train.reward_model.enable:
             assert train.reward_model.url.startswith("http://")
+
+
+# --- scripts/run_experiments.sh on either version ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env_args", "config"),
+    [
+        (("--env", "starvla"), "libero_spatial_grpo_starvla_runA"),
+        (("--env", "starvla", "--suite", "libero_10"), "libero_10_grpo_starvla_runA"),
+    ],
+)
+def test_run_experiments_starts_main_s_run_configs(env_args, config, tmp_path):
+    from tests.test_experiment_scripts import STAND_IN_ENTRY_POINT
+
+    tree = unpack_main(tmp_path / "rlinf")
+    assert _apply(str(tree)).returncode == 0
+    (tree / "examples" / "embodiment" / "train_embodied_agent.py").write_text(STAND_IN_ENTRY_POINT)
+    out = tmp_path / "exp"
+    cmd = ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(tree), *env_args, "--runs", "A", "--out", str(out)]
+    env = {**os.environ, "RLINF_PYTHON": "python", "RUN_TIMEOUT_S": "60"}
+    result = subprocess.run([*cmd, "--", "runner.max_epochs=1"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    log_path = Path((out / "runA" / "log_path").read_text().strip())
+    started = json.loads((log_path / "started.json").read_text())
+    assert started["args"][2:4] == ["--config-name", config]
+    assert started["env"]["EMBODIED_PATH"] == str(tree / "examples" / "embodiment")
+
+
+def test_run_experiments_refuses_starvla_on_v03(tmp_path):
+    tree = _tree("v0.3", tmp_path / "rlinf")
+    assert _apply(str(tree)).returncode == 0
+    shutil.copy(SHARED_CONFIGS.parent / "run_embodiment.sh", tree / "examples" / "embodiment")
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(tree), "--env", "starvla", "--runs", "A"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "StarVLA runs need RLinf main" in result.stderr, result.stderr
