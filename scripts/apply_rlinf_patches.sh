@@ -54,6 +54,12 @@ config_dir="$dir/examples/embodiment/config"
 git_apply() { local patch=$1; shift; (cd "$dir" && GIT_CEILING_DIRECTORIES="$(dirname "$dir")" git apply "$@" "$patch"); }
 applied() { git_apply "$1" --reverse --check >/dev/null 2>&1; }
 applicable() { git_apply "$1" --check >/dev/null 2>&1; }
+# A checkout patched by this project before a patch changed holds the patch's earlier revision
+# (rlinf_patches/<version>/earlier/<name>): apply updates it, --revert undoes it, --check says so.
+applied_earlier() {
+  local old; old="$(dirname "$1")/earlier/$(basename "$1")"
+  if [ -f "$old" ] && applied "$old"; then echo "$old"; fi
+}
 configs_installed() {
   for c in "${CONFIGS[@]}"; do cmp -s "$c" "$config_dir/$(basename "$c")" || return 1; done
 }
@@ -61,12 +67,17 @@ configs_installed() {
 case "$mode" in
   apply)
     for patch in "${PATCHES[@]}"; do  # every patch can go in before any does
-      applied "$patch" || applicable "$patch" \
+      applied "$patch" || applicable "$patch" || [ -n "$(applied_earlier "$patch")" ] \
         || die "rlinf_patches/$version/$(basename "$patch") does not apply to $dir/$(target "$patch") (edited locally, or an RLinf $version this patch set does not know)"
     done
     for patch in "${PATCHES[@]}"; do
+      old=$(applied_earlier "$patch")
       if applied "$patch"; then
         echo "patch: already applied ($(basename "$patch"))"
+      elif [ -n "$old" ]; then
+        git_apply "$old" --reverse
+        git_apply "$patch"
+        echo "patch: updated from its earlier revision in $(target "$patch") ($(basename "$patch"))"
       else
         git_apply "$patch"
         echo "patch: applied to $(target "$patch") ($(basename "$patch"))"
@@ -82,6 +93,8 @@ case "$mode" in
     ok=0
     for patch in "${PATCHES[@]}"; do
       if applied "$patch"; then echo "patch: applied ($(basename "$patch"))"
+      elif [ -n "$(applied_earlier "$patch")" ]; then
+        echo "patch: an earlier revision is applied, apply again to update ($(basename "$patch"))"; ok=1
       else echo "patch: NOT applied ($(basename "$patch"))"; ok=1; fi
     done
     if configs_installed; then echo "configs: installed"; else echo "configs: NOT installed (or differ)"; ok=1; fi
@@ -89,7 +102,9 @@ case "$mode" in
     ;;
   --revert)
     for patch in "${PATCHES[@]}"; do
+      old=$(applied_earlier "$patch")
       if applied "$patch"; then git_apply "$patch" --reverse; echo "patch: reverted ($(basename "$patch"))"
+      elif [ -n "$old" ]; then git_apply "$old" --reverse; echo "patch: reverted its earlier revision ($(basename "$patch"))"
       else echo "patch: not applied, nothing to revert ($(basename "$patch"))"; fi
     done
     for c in "${CONFIGS[@]}"; do

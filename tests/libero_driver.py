@@ -69,6 +69,8 @@ def reward_overrides(args, task0: bool) -> list[str]:
         out.append(f"{rm}.canary_fraction={args.canary_fraction}")
     if args.canary_tasks:
         out.append(f"+{rm}.canary_tasks={json.dumps(args.canary_tasks)}")
+    if args.views:
+        out.append(f"++{rm}.views=[{','.join(args.views)}]")
     return out
 
 
@@ -410,6 +412,7 @@ def main() -> None:
     parser.add_argument("--canary-fraction", default=None)
     parser.add_argument("--canary-tasks", nargs="*", default=None)
     parser.add_argument("--progress-points", type=int, default=None, help="dense scenario (default: the config's)")
+    parser.add_argument("--views", nargs="*", default=None, help="reward_model.views (default: the config's)")
     parser.add_argument(
         "--async-judge", action="store_true", help="reward_model.async (dense only: the others read the env's rewards)"
     )

@@ -103,6 +103,30 @@ def test_patch_applies_checks_is_idempotent_and_reverts(tmp_path):
     assert _run(str(tree), "--check").returncode == 1
 
 
+def test_a_checkout_patched_before_views_is_updated_by_applying_again(tmp_path):
+    # the LIBERO patch's earlier revision handed the hook obs["main_images"]; the current one the
+    # whole observation (reward_model.views): applying again updates it in place, revert undoes it
+    tree = _unpack(tmp_path / "rlinf")
+    target = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
+    pristine = target.read_text()
+    earlier = REPO / "rlinf_patches" / "v0.3" / "earlier" / "libero_env.patch"
+    subprocess.run(
+        ["git", "apply", str(earlier)],
+        cwd=tree,
+        check=True,
+        env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+    )
+    assert 'on_reset(env_idx, obs["main_images"])' in target.read_text()
+    check = _run(str(tree), "--check")
+    assert check.returncode == 1 and "an earlier revision is applied" in check.stdout
+    update = _run(str(tree))
+    assert update.returncode == 0, update.stderr
+    assert "updated from its earlier revision" in update.stdout
+    assert "on_reset(env_idx, obs)" in target.read_text() and 'obs["main_images"]' not in target.read_text()
+    assert "already applied" in _run(str(tree)).stdout
+    assert _run(str(tree), "--revert").returncode == 0 and target.read_text() == pristine
+
+
 def test_patch_is_minimal():
     diff = (REPO / "rlinf_patches" / "v0.3" / "libero_env.patch").read_text()
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
@@ -297,6 +321,35 @@ def test_real_simulator_episodes_are_judged_once_with_their_own_frames(
         assert np.abs(sent.astype(int) - expected.astype(int)).mean() < 6  # H.264, nothing else
         assert np.abs(sent[0].astype(int) - sent[-1].astype(int)).mean() > 1  # the scene changed
     assert r["sent_steps"][0][-1] == first_done + 1  # env 0's video ends at its success frame
+
+
+@pytest.mark.libero
+def test_real_simulator_views_reach_the_judge_as_named_clips(libero_python, rlinf_trees, tmp_path):
+    # reward_model.views [main_images, wrist_images] on the patched LiberoEnv: each episode is one
+    # request of two clips, the agent view's and the wrist camera's, at the same steps
+    from tests.servers import InProcessServer
+
+    with InProcessServer() as server:
+        r = _driver(
+            libero_python,
+            "sim",
+            rlinf_trees["patched"],
+            rlinf_trees["config"],
+            tmp_path / "views.json",
+            *("--url", server.url, "--max-steps", "16", "--goal-chunk", "1", "--views", "main_images", "wrist_images"),
+        )
+        seen = list(server.engine.seen)
+    assert r["counts"]["episodes"] == 2 and r["counts"]["fallbacks"] == 0 and len(seen) == 2
+    env_frames = np.load(str(tmp_path / "views.json") + ".frames.npy")  # the main camera [env, step, H, W, 3]
+    for request in seen:
+        main, wrist = request.videos()
+        assert [t for t in request.chat.texts() if t.endswith(":")] == ["main camera:", "wrist camera:"]
+        assert main.shape == wrist.shape and main.shape[0] >= 2
+        assert np.abs(main.astype(int) - wrist.astype(int)).mean() > 10  # two cameras, not one twice
+    # the main clip is the env's agent view: its last frame is the episode's last main frame, resized
+    steps = r["sent_steps"][0]
+    main_last = [q.videos()[0][-1] for q in seen]
+    assert any(np.abs(m.astype(int).mean() - env_frames[0, steps[-1]].mean()) < 3 for m in main_last)
 
 
 @pytest.mark.libero
