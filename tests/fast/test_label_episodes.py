@@ -1,0 +1,307 @@
+"""reward_tools.label_episodes on the fake engine: collected episodes -> judged -> RLinf's reward
+datasets and the agreement report.
+
+The episodes are pickles in the exact layout RLinf main's CollectEpisode writes (per-step obs
+dicts with torch `main_images`, a leading reset entry, infos with `success` and
+`episode.success_once`, torch flags; tests/test_label_episodes_rlinf.py has them written by the
+wrapper itself in the simulator's environment), and the earlier form's `.npy` trajectories. The
+fake engine scores a frame by its brightness, so an episode whose frames turn bright at the step
+the simulator calls success gets a progress curve that rises there.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from reward_client.frames import QWEN2_5_VL
+from reward_tools import label_episodes
+from reward_tools.frame_labels import LabelRule, frame_labels, judge_picks, point_ends
+from reward_tools.reward_datasets import SplitOptions, sample_indices, split_by_episode
+from tests.helpers.servers import InProcessServer
+
+REPO = Path(__file__).resolve().parents[2]
+DARK, BRIGHT = 20, 240
+TASKS = ("pick up the red cube", "open the drawer")
+
+
+def rlinf_episode(steps: int, success_at: int | None, task: str, size: int = 32) -> dict:
+    """One episode as CollectEpisode pickles it: observations[0] is the reset observation (its
+    info {}), frame s comes after action s; frames are bright from success_at on."""
+    observations, infos = [], []
+    for s in range(steps + 1):
+        bright = success_at is not None and s >= success_at
+        image = torch.full((size, size, 3), BRIGHT if bright else DARK, dtype=torch.uint8)
+        image[0, 0, 0] = s  # every frame distinct, so a test can tell which one the dataset took
+        observations.append({"main_images": image, "states": torch.zeros(9), "task_descriptions": task})
+        if s == 0:
+            infos.append({})
+        else:
+            infos.append(
+                {
+                    "success": torch.tensor(bright),
+                    "episode": {"success_once": torch.tensor(success_at is not None and s >= success_at)},
+                }
+            )
+    return {
+        "rank": 0,
+        "env_idx": 0,
+        "episode_id": 0,
+        "step": steps,
+        "success": success_at is not None,
+        "observations": observations,
+        "actions": [torch.zeros(7) for _ in range(steps)],
+        "rewards": [0.0] + [torch.tensor(0.0) for _ in range(steps)],
+        "terminated": [False] + [torch.tensor(s == steps) for s in range(1, steps + 1)],
+        "truncated": [False] * (steps + 1),
+        "infos": infos,
+    }
+
+
+def write_rlinf_episodes(root: Path, plan: list[tuple[int, int | None, str]]) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (steps, success_at, task) in enumerate(plan):
+        label = "success" if success_at is not None else "fail"
+        path = root / f"rank_0_env_{i}_episode_0_step_{steps}_{label}.pkl"
+        with open(path, "wb") as f:
+            pickle.dump(rlinf_episode(steps, success_at, task), f)
+        paths.append(path)
+    return paths
+
+
+PLAN = [
+    (8, 4, TASKS[0]),
+    (8, None, TASKS[0]),
+    (12, 6, TASKS[1]),
+    (12, None, TASKS[1]),
+    (10, 3, TASKS[0]),
+    (10, None, TASKS[1]),
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with InProcessServer() as s:
+        yield s
+
+
+def _run(server, episodes: Path, out: Path, *extra: str) -> tuple[int, dict]:
+    code = label_episodes.main(
+        ["--url", server.url, "--episodes", str(episodes), "--out", str(out), "--batch-size", "4", *extra]
+    )
+    report = json.loads((out / "agreement.json").read_text()) if (out / "agreement.json").exists() else {}
+    return code, report
+
+
+# --- the rule -----------------------------------------------------------------------------------
+
+
+def test_the_curve_rule_labels_frames_from_the_first_point_at_the_threshold():
+    # 9 frames, 16 asked: the model sees 10 (the last repeated); 5 points end at frames 1 3 5 7 8
+    picks = judge_picks(QWEN2_5_VL, 16, 9)
+    assert picks == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
+    ends = point_ends(QWEN2_5_VL, 16, picks, 5)
+    assert ends == [1, 3, 5, 7, 8]
+    rule = LabelRule(kind="curve", points=5, threshold=0.5)
+    labels = frame_labels(rule, 9, 0.9, [0.1, 0.2, 0.6, 0.4, 0.9], ends)
+    assert labels.tolist() == [False] * 5 + [True] * 4  # from point 3's last frame; a later dip counts not
+    assert not frame_labels(rule, 9, 0.4, [0.1, None, 0.3, 0.4, 0.45], ends).any()
+    assert frame_labels(rule, 9, 0.9, [None, 0.7, 0.1, 0.1, 0.1], ends).tolist() == [False] * 3 + [True] * 6
+
+
+def test_the_score_rule_labels_the_last_frames_of_a_success():
+    rule = LabelRule(kind="score", threshold=0.5, last_frames=3)
+    assert frame_labels(rule, 6, 0.5, None, None).tolist() == [False] * 3 + [True] * 3
+    assert not frame_labels(rule, 6, 0.49, None, None).any()
+    assert frame_labels(rule, 2, 0.9, None, None).tolist() == [True, True]
+    with pytest.raises(ValueError, match="points >= 2"):
+        LabelRule(kind="curve", points=1)
+
+
+def test_sampling_and_split_follow_rlinf_preprocessing():
+    # RLinf's _compute_sample_indices, values worked out by hand from its rule
+    assert sample_indices(10, 0, True) == list(range(10))
+    assert sample_indices(10, 1, True) == [9]
+    assert sample_indices(10, 4, True) == [0, 4, 8, 9]
+    assert sample_indices(10, 4, False) == [0, 3, 6, 9]
+    assert sample_indices(3, 5, True) == [0, 1, 2]
+    episodes = [([f"e{e}f{f}" for f in range(4)], [0, 0, 1, 1] if e % 2 else [0, 0, 0, 0]) for e in range(10)]
+    train, val = split_by_episode(episodes, SplitOptions(val_split=0.2, fail_success_ratio=2.0, seed=7))
+    assert (train.episodes, val.episodes) == (8, 2)
+    train_eps = {img.split("f")[0] for img in train.images}
+    assert not train_eps & {img.split("f")[0] for img in val.images}  # no episode in both splits
+    for part in (train, val):
+        if part.raw_success:
+            assert part.labels.count(1) == part.raw_success
+            assert part.labels.count(0) == min(part.raw_fail, 2 * part.raw_success)
+            for img, lbl in zip(part.images, part.labels, strict=True):
+                episode, frame = map(int, img[1:].split("f"))
+                assert (episode % 2 == 1 and frame >= 2) == (lbl == 1)
+        else:
+            assert part.images == []
+    again = split_by_episode(episodes, SplitOptions(val_split=0.2, fail_success_ratio=2.0, seed=7))
+    assert again[0].images == train.images  # the seed fixes the split and the draws
+
+
+# --- the tool on the fake engine ----------------------------------------------------------------
+
+
+def test_labels_rlinf_pickles_into_train_and_val_with_an_agreement_report(server, tmp_path, capsys):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN)
+    seen = len(server.engine.seen)
+    out = tmp_path / "labeled"
+    code, report = _run(server, episodes, out, "--points", "5", "--nframes", "16")
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == report  # printed too
+
+    # every episode was judged once as a curve of 5 points, 4 episodes per raw batch request
+    assert len(server.engine.seen) - seen == len(PLAN) * 5
+    o = report["overall"]
+    assert o["episodes"] == 6 and o["judged_success"] == 3
+    assert o["episode"]["accuracy"] == 1.0 and o["episode"]["auc"] == 1.0
+    assert o["episode"]["true_success"] == 3 and o["episode"]["true_failure"] == 3
+    # frames: the judge marks success from the end of the first bright point on, the simulator from
+    # the first bright frame, so the frames in between are the only disagreements
+    lines = (out / "judged.jsonl").read_text().splitlines()[1:]
+    judged = {entry["name"]: entry for entry in map(json.loads, lines)}
+    first = judged["rank_0_env_0_episode_0_step_8_success.pkl"]
+    assert first["ends"] == [1, 3, 5, 7, 8]
+    assert first["curve"][:2] == [pytest.approx(DARK / 255, abs=0.01)] * 2
+    assert o["frame"]["false_failure"] > 0 and o["frame"]["false_success"] == 0
+    assert set(report["per_task"]) == set(TASKS)
+    assert report["per_task"][TASKS[1]]["episodes"] == 3
+    assert report["judge"]["backend"] == server.settings.backend and report["judge"]["engine"] == "fake"
+    assert report["skipped"] == {"unreadable": [], "not_judged": []}
+
+    train = torch.load(out / "train.pt", weights_only=False)
+    val = torch.load(out / "val.pt", weights_only=False)
+    assert set(train) == {"images", "labels", "metadata"}
+    for part in (train, val):
+        assert len(part["images"]) == len(part["labels"])
+        for image, label in zip(part["images"], part["labels"], strict=True):
+            assert image.dtype == torch.uint8 and image.shape == (32, 32, 3)
+            assert isinstance(label, int) and (image[1, 1, 0].item() == BRIGHT) >= (label == 1)
+    meta = train["metadata"]
+    assert meta["judge"]["engine"] == "fake" and meta["rule"]["kind"] == "curve" and meta["rule"]["points"] == 5
+    assert meta["fail_success_ratio"] == 2.0 and meta["random_seed"] == 42
+    assert meta["num_train_samples"] == len(train["images"]) and meta["num_val_samples"] == len(val["images"])
+    success_frames = sum(train["labels"]) + sum(val["labels"])
+    assert success_frames == o["frames_judged_success"]  # every success frame is kept, fails sampled 2:1
+
+
+def test_a_broken_pickle_is_named_and_left_out(server, tmp_path):
+    episodes = tmp_path / "collected"
+    paths = write_rlinf_episodes(episodes, PLAN[:4])
+    paths[1].write_bytes(paths[1].read_bytes()[:200])  # cut short, as a crash mid-write leaves it
+    (episodes / "rank_0_env_9_episode_0_step_1_fail.pkl").write_bytes(pickle.dumps({"observations": []}))
+    code, report = _run(server, episodes, tmp_path / "out")
+    assert code == 0
+    names = {i["name"]: i["reason"] for i in report["skipped"]["unreadable"]}
+    assert set(names) == {paths[1].name, "rank_0_env_9_episode_0_step_1_fail.pkl"}
+    assert "cannot be unpickled" in names[paths[1].name]
+    assert report["overall"]["episodes"] == 3
+    meta = torch.load(tmp_path / "out" / "train.pt", weights_only=False)["metadata"]
+    assert sorted(meta["skipped"]["unreadable"]) == sorted(names)
+    # --strict: the same episodes give no dataset at all
+    code, report = _run(server, episodes, tmp_path / "strict", "--strict")
+    assert code == 1 and not (tmp_path / "strict" / "train.pt").exists()
+    assert len(report["skipped"]["unreadable"]) == 2
+
+
+def test_an_episode_without_a_score_is_named_and_left_out(tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, [(8, 4, "sort the blocks"), (8, None, TASKS[0]), (8, 2, TASKS[0])])
+    with InProcessServer(engine_option=["answer=no idea"]) as s:  # nothing to parse a score from
+        code, report = _run(s, episodes, tmp_path / "out", "--rule", "score")
+    assert code == 1  # nothing could be labeled
+    assert len(report["skipped"]["not_judged"]) == 3
+    assert all("no score" in i["reason"] for i in report["skipped"]["not_judged"])
+
+
+def test_a_resumed_run_judges_only_what_the_journal_lacks(server, tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN)
+    out = tmp_path / "out"
+    code, first = _run(server, episodes, out, "--rule", "score", "--last-frames", "2")
+    assert code == 0
+    journal = out / "judged.jsonl"
+    lines = journal.read_text().splitlines()
+    # a crash in the middle of writing the last batch: 2 whole lines kept, the third cut short
+    journal.write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])
+    seen = len(server.engine.seen)
+    code, second = _run(server, episodes, out, "--rule", "score", "--last-frames", "2")
+    assert code == 0
+    assert len(server.engine.seen) - seen == 4  # the six minus the two kept
+    assert second["timing"]["labeled_from_journal"] == 2 and second["timing"]["sent_to_judge"] == 4
+    assert second["overall"] == first["overall"]
+    # only the rule's threshold changed: no request at all, new labels
+    seen = len(server.engine.seen)
+    code, third = _run(server, episodes, out, "--rule", "score", "--last-frames", "2", "--threshold", "0.95")
+    assert code == 0 and len(server.engine.seen) == seen
+    assert third["overall"]["judged_success"] == 0
+    # asking the judge differently on the same journal is refused, not mixed in
+    with pytest.raises(SystemExit, match="asked the judge differently"):
+        _run(server, episodes, out, "--rule", "score", "--nframes", "8")
+
+
+def test_ctrl_c_keeps_every_judged_batch(tmp_path):
+    """A real process interrupted mid-run (SIGINT) resumes with the batches it had finished."""
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(8)])
+    out = tmp_path / "out"
+    with InProcessServer(engine_option=["delay_ms=400"]) as s:  # one batch of 2 takes ~0.4 s
+        cmd = [sys.executable, "-m", "reward_tools.label_episodes", "--url", s.url, "--episodes", str(episodes)]
+        cmd += ["--out", str(out), "--batch-size", "2", "--rule", "score"]
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        journal = out / "judged.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        kept = len(journal.read_text().splitlines()) - 1
+        assert 2 <= kept < 8 and "the same command resumes" in err
+        seen = len(s.engine.seen)
+        code, report = _run(s, episodes, out, "--batch-size", "2", "--rule", "score")
+    assert code == 0 and len(s.engine.seen) - seen == 8 - kept
+    assert report["overall"]["episodes"] == 8 and report["overall"]["episode"]["accuracy"] == 1.0
+
+
+def test_the_earlier_forms_npy_directories_in_and_out(server, tmp_path):
+    episodes = tmp_path / "reward_data"
+    for kind, success_at in (("positive", 5), ("negative", None)):
+        (episodes / kind).mkdir(parents=True)
+        for i in range(2):
+            frames = np.full((10, 3, 16, 16), DARK / 255, dtype=np.float32)
+            labels = np.zeros(10, dtype=np.float32)
+            if success_at is not None:
+                frames[success_at:] = BRIGHT / 255
+                labels[success_at:] = 1.0
+            np.save(episodes / kind / f"{i:06d}.npy", {"images": {"base_camera": frames}, "labels": labels})
+    out = tmp_path / "out"
+    code, report = _run(server, episodes, out, "--task-text", "pick up the cube", "--points", "4")
+    assert code == 0
+    assert report["overall"]["episode"]["accuracy"] == 1.0 and report["dataset"]["format"] == "pr301"
+    assert report["dataset"]["positive"] == 2 and report["dataset"]["negative"] == 2
+    written = np.load(out / "positive" / "000000.npy", allow_pickle=True).item()
+    assert set(written) == {"images", "labels"} and written["images"]["base_camera"].shape == (10, 3, 16, 16)
+    assert written["labels"].dtype == np.float32 and written["labels"][-1] == 1.0 and written["labels"][0] == 0.0
+    # without --task-text these episodes carry no instruction: named, not judged
+    code, report = _run(server, episodes, tmp_path / "no_task")
+    assert code == 1 and len(report["skipped"]["not_judged"]) == 4
+    assert "--task-text" in report["skipped"]["not_judged"][0]["reason"]
+    # RLinf main's format from the earlier form's episodes
+    code, report = _run(server, episodes, tmp_path / "as_rlinf", "--task-text", "pick", "--format", "rlinf")
+    assert code == 0 and (tmp_path / "as_rlinf" / "train.pt").is_file()

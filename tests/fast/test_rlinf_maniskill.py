@@ -1,0 +1,232 @@
+"""RLinf v0.3's ManiSkill env with the VLM reward: the patch, the run configs, and the patched
+ManiskillEnv on the real simulator.
+
+The env runs in the simulator's own Python environment (scripts/setup_libero_env.sh, which
+calls scripts/setup_maniskill_env.sh: ManiSkill 3, SAPIEN rendering on Mesa's lavapipe on a
+CPU machine) and talks over HTTP to the real app on the fake engine in this process, whose
+engine keeps every video it was given: the frames the server received are compared with the
+frames the env rendered. The fake engine answers the last frame's brightness as the score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reward_tools.launch import free_port
+from tests.fast.test_rlinf_integration import LIBERO_VENV, RUNS, _flatten, _run, _unpack, rlinf_trees  # noqa: F401
+from tests.helpers.servers import InProcessServer
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = REPO / "tests" / "maniskill_driver.py"
+TARGET = Path("rlinf/envs/maniskill/maniskill_env.py")
+PICK_CUBE = "Pick up the red cube and place it on the green spot on the table."
+
+
+def _config(run: str) -> str:
+    return f"maniskill_ppo_mlp_{run}"
+
+
+# --- the patch and the configs ----------------------------------------------------------------
+
+
+def test_every_patch_applies_checks_and_reverts_the_maniskill_env_too(tmp_path):
+    tree = _unpack(tmp_path / "rlinf")
+    target = tree / TARGET
+    pristine = target.read_text()
+    first = _run(str(tree))
+    assert first.returncode == 0, first.stderr
+    assert f"applied to {TARGET}" in first.stdout and "applied to rlinf/envs/libero/libero_env.py" in first.stdout
+    py_compile.compile(str(target), doraise=True)
+    assert "reward_client.env_adapters" in target.read_text()
+    for run in RUNS:
+        assert (tree / "examples" / "embodiment" / "config" / f"{_config(run)}.yaml").is_file()
+    check = _run(str(tree), "--check")
+    assert check.returncode == 0 and "patch: applied (maniskill_env.patch)" in check.stdout
+    second = _run(str(tree))
+    assert "patch: already applied (maniskill_env.patch)" in second.stdout
+    assert _run(str(tree), "--revert").returncode == 0
+    assert target.read_text() == pristine
+    assert _run(str(tree), "--check").returncode == 1
+
+
+def test_a_patch_that_cannot_apply_leaves_every_file_alone(tmp_path):
+    tree = _unpack(tmp_path / "rlinf")
+    libero = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
+    pristine = libero.read_text()
+    target = tree / TARGET
+    target.write_text(target.read_text().replace("step_reward = self._calc_step_reward(_reward, infos)", "pass"))
+    result = _run(str(tree))
+    assert result.returncode == 1 and "maniskill_env.patch does not apply" in result.stderr
+    assert libero.read_text() == pristine
+
+
+def test_maniskill_patch_is_minimal():
+    diff = (REPO / "rlinf_patches" / "v0.3" / "maniskill_env.patch").read_text()
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert not removed and len(added) <= 16
+    assert re.findall(r"^\+\+\+ b/(.*)$", diff, re.M) == [str(TARGET)]
+
+
+def test_maniskill_run_configs_compose_and_differ_only_in_reward(rlinf_trees):  # noqa: F811
+    configs = rlinf_trees["config"]
+    flat = {run: _flatten(_compose_maniskill(configs, run)) for run in RUNS}
+    for run in RUNS[1:]:
+        differing = {k for k in flat["runA"].keys() | flat[run].keys() if flat["runA"].get(k) != flat[run].get(k)}
+        assert differing <= {
+            "env.train.reward_model.enable",
+            "env.train.reward_model.backend",
+            "runner.logger.experiment_name",
+        }, differing
+    assert flat["runA"]["env.train.reward_model.enable"] is False
+    assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
+    assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
+    for run in RUNS:
+        f = flat[run]
+        assert not any(k.startswith("env.eval.reward_model") for k in f)  # eval: the simulator's reward
+        assert f["env.train.reward_mode"] == "raw"  # the adapter needs it: the judge's value passes through
+        for split in ("train", "eval"):  # frames for the judge, the same state input for the policy
+            assert f[f"env.{split}.init_params.obs_mode"] == "rgb" and f[f"env.{split}.use_full_state"] is True
+        assert f["env.train.init_params.id"] == "PickCube-v1"
+    # the rest is RLinf's own PPO config
+    base = _flatten(_compose_maniskill(configs, None))
+    for key in ("algorithm.adv_type", "algorithm.loss_type", "actor.model.model_type", "env.train.total_num_envs"):
+        assert flat["runA"][key] == base[key]
+
+
+def _compose_maniskill(config_dir: Path, run: str | None) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    os.environ["EMBODIED_PATH"] = str(config_dir.parent)
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
+        cfg = compose(config_name=_config(run) if run else "maniskill_ppo_mlp")
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+# --- the patched ManiskillEnv on the real simulator ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def maniskill_python() -> str:
+    python = LIBERO_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(
+            f"no simulator environment at {LIBERO_VENV}: run `bash scripts/setup_libero_env.sh` (it sets up "
+            "ManiSkill too), or deselect with -m 'not maniskill'"
+        )
+    check = subprocess.run([str(python), "-c", "import mani_skill"], capture_output=True, env=_driver_env())
+    if check.returncode != 0:
+        pytest.fail(f"ManiSkill missing in {LIBERO_VENV}: bash scripts/setup_maniskill_env.sh")
+    return str(python)
+
+
+def _driver_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
+    vulkan = LIBERO_VENV / "vulkan"
+    if (vulkan / "icd.json").exists():  # lavapipe (scripts/setup_maniskill_env.sh)
+        env["VK_ICD_FILENAMES"] = str(vulkan / "icd.json")
+        env["LD_LIBRARY_PATH"] = f"{vulkan / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def _drive(python: str, trees: dict, out: Path, *flags: str) -> dict:
+    cmd = [python, str(DRIVER), "--rlinf-dir", str(trees["patched"]), "--config-dir", str(trees["config"])]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), *flags], capture_output=True, text=True, env=_driver_env(), timeout=600
+    )
+    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    frames = np.load(f"{out}.frames.npz")
+    result["frames"] = [frames[f"episode{i}"] for i in range(len(frames.files))]
+    result["log"] = proc.stderr
+    return result
+
+
+COEF = 2.0
+SIZE = 56  # on the model's 28-pixel grid: the server uses the frames as sent, no resize
+
+
+@pytest.mark.maniskill
+def test_real_simulator_episodes_are_judged_with_their_own_frames(maniskill_python, rlinf_trees, tmp_path):  # noqa: F811
+    with InProcessServer() as server:
+        r = _drive(
+            maniskill_python,
+            rlinf_trees,
+            tmp_path / "judged.json",
+            *("--url", server.url, "--reward-coef", str(COEF), "--size", str(SIZE), "--nframes", "4"),
+            *("--max-steps", "10", "--steps", "16", "--goal-step", "4"),
+        )
+        seen = list(server.engine.seen)
+    assert r["patched"] and r["task"] == PICK_CUBE
+    rewards, terms, truncs = (np.array(r[k]) for k in ("rewards", "terminations", "truncations"))
+    # episode 1 succeeds (ManiSkill's own check) at step 4 and resets; episode 2 hits the limit at step 14
+    assert np.flatnonzero(terms).tolist() == [3] and np.flatnonzero(truncs).tolist() == [13]
+    first, second = r["done"]
+    assert (first["step"], first["success"], second["step"], second["success"]) == (4, True, 14, False)
+    scores = [first["episode"]["vlm_score"][0], second["episode"]["vlm_score"][0]]
+    assert all(0 < s < 1 for s in scores)
+    # the reward is reward_coef x score at each episode's done step, nothing before or after
+    expected = np.zeros(16)
+    expected[[3, 13]] = [COEF * s for s in scores]
+    np.testing.assert_allclose(rewards, expected, rtol=1e-6)
+    assert first["episode"]["return"][0] == pytest.approx(COEF * scores[0], rel=1e-6)
+    assert r["counts"] == {**r["counts"], "episodes": 2, "scored": 2, "batches": 2, "fallbacks": 0}
+    assert first["episode"]["vlm_fallback"] == [0.0] and second["episode"]["vlm_fallback"] == [0.0]
+    assert first["episode"]["vlm_audit/score_success"][0] == pytest.approx(scores[0])  # ManiSkill's flag, audited
+
+    # the server got each episode's own frames: from its first (reset) frame to its done step's
+    assert len(seen) == 2
+    for request, episode in zip(seen, r["frames"][:2], strict=True):
+        video = request.video
+        assert video.shape[1:] == (SIZE, SIZE, 3) and len(video) >= 2
+        assert np.array_equal(video[0], episode[0]) and np.array_equal(video[-1], episode[-1])
+        assert all(any(np.array_equal(f, e) for e in episode) for f in video)
+        assert PICK_CUBE in " ".join(getattr(p, "text", "") for p in request.chat.user)
+    assert not np.array_equal(r["frames"][0][-1], r["frames"][0][0])  # the goal moved onto the cube
+    # the fake engine's score: the last frame's brightness, so it is the done step's own frame
+    for score, episode in zip(scores, r["frames"], strict=False):
+        assert score == pytest.approx(round(episode[-1].mean() / 255 * 100) / 100)
+
+
+@pytest.mark.maniskill
+def test_no_server_uses_the_counted_fallback_and_run_a_the_simulators_reward(
+    maniskill_python,
+    rlinf_trees,  # noqa: F811
+    tmp_path,
+):
+    lenient = ("--fail-on-request-error", "False", "--fallback", "env_success", "--wait-ready-s", "0")
+    r = _drive(
+        maniskill_python,
+        rlinf_trees,
+        tmp_path / "fallback.json",
+        *("--url", f"http://127.0.0.1:{free_port()}", "--deadline-s", "2", "--reward-coef", str(COEF), *lenient),
+        *("--max-steps", "10", "--steps", "14", "--goal-step", "4"),
+    )
+    rewards = np.array(r["rewards"])
+    expected = np.zeros(14)
+    expected[3] = COEF  # env_success: ManiSkill's flag stands in for the score, flagged
+    np.testing.assert_allclose(rewards, expected)
+    assert [d["episode"]["vlm_fallback"] for d in r["done"]] == [[1.0], [1.0]]
+    assert r["counts"]["fallbacks"] == 2 and r["counts"]["request_errors"] == 2
+    assert "use the 'env_success' fallback" in r["log"]
+
+    native = _drive(
+        maniskill_python,
+        rlinf_trees,
+        tmp_path / "native.json",
+        *("--run", "runA", "--reward", "False", "--max-steps", "10", "--steps", "6", "--goal-step", "4"),
+    )
+    assert native["patched"] and native["task"] is None and "counts" not in native
+    assert all(0 < x <= 1 for x in native["rewards"])  # ManiSkill's normalized dense reward, every step
+    assert not [k for k in native["done"][0]["episode"] if k.startswith("vlm_")]
