@@ -32,8 +32,8 @@ from reward_client.client import RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_client.video_io import write_mp4
 from reward_tools.launch import free_port
-from tests.conftest import LONG_TOKENS, episode_frames, inline
-from tests.helpers.servers import stats, wait_until
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import LONG_TOKENS, stats, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
 

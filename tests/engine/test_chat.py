@@ -18,7 +18,7 @@ import pytest
 
 from reward_client.video_io import encode_mp4
 from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_payload
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import get, post
 
 pytestmark = pytest.mark.engine

@@ -20,8 +20,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from reward_tools.bench_chat import frame, jpeg_data_url
-from tests.conftest import LONG_FLAGS
-from tests.helpers.servers import get, post
+from tests.helpers.servers import LONG_FLAGS, get, post
 
 pytestmark = pytest.mark.engine
 

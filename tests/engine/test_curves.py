@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from reward_client.progress import prefix_ends
-from tests.conftest import LONG_FLAGS, episode_frames, inline, start_server
-from tests.helpers.servers import stats
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import LONG_FLAGS, start_server, stats
 
 pytestmark = pytest.mark.engine
 

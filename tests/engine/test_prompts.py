@@ -13,7 +13,7 @@ from reward_client.protocol import BackendKwargs
 from reward_server.engines import EngineConfig
 from reward_server.engines.vllm_engine import VllmEngine
 from reward_server.profiles import load_profile
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REFERENCE = json.loads((DATA / "primo_prompt_reference.json").read_text(encoding="utf-8"))

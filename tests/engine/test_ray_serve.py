@@ -21,8 +21,9 @@ import pytest
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import ScoreRequest
 from reward_tools.launch import free_port
-from tests.conftest import CPU_PRESET, episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.ray_nodes import RAY, RayProcesses, healthy, listening, wait_for
+from tests.helpers.servers import CPU_PRESET
 
 pytestmark = pytest.mark.engine
 

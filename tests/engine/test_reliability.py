@@ -18,8 +18,17 @@ import pytest
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
-from tests.conftest import CPU_PRESET, LONG_FLAGS, LONG_TOKENS, STEP_FLOOR_FLAGS, episode_frames, inline
-from tests.helpers.servers import first_token_seen, send_without_waiting, stats, wait_until
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import (
+    CPU_PRESET,
+    LONG_FLAGS,
+    LONG_TOKENS,
+    STEP_FLOOR_FLAGS,
+    first_token_seen,
+    send_without_waiting,
+    stats,
+    wait_until,
+)
 
 pytestmark = pytest.mark.engine
 TASK = "put the black bowl on the plate"

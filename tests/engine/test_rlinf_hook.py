@@ -12,6 +12,7 @@ import pytest
 
 from reward_client.rlinf_config import RewardModelConfig
 from reward_client.rlinf_hook import VLMRewardHook
+from tests.helpers.servers import requests_served, start_server
 
 pytestmark = pytest.mark.engine
 
@@ -95,14 +96,12 @@ def test_reset_starts_a_new_episode(hf_server):
 
 
 def test_canaries_ride_in_the_same_batch_and_never_touch_rewards(hf_server):
-    from tests.fast.test_rlinf_integration import _metric
-
     plain = hook(hf_server)
     probed = hook(hf_server, canary_fraction=1.0, canary_tasks=["open the top drawer"])
     expected = rollout(plain, term_at={0: 3}, trunc_at=6, steps=6)
-    before = _metric(hf_server, "/score/batch")
+    before = requests_served(hf_server, "/score/batch")
     rewards = rollout(probed, term_at={0: 3}, trunc_at=6, steps=6)
-    assert _metric(hf_server, "/score/batch") - before == 2  # env 0 alone, then envs 1-3: probes rode along
+    assert requests_served(hf_server, "/score/batch") - before == 2  # env 0 alone, then envs 1-3: probes rode along
     assert probed.counts == {**plain.counts, "canaries": 3 * N}
     # the same episodes' scores; probes in a batch change the engine's padding, hence float32 rounding
     np.testing.assert_allclose(rewards, expected, rtol=1e-5, atol=1e-6)
@@ -114,8 +113,6 @@ def test_canaries_ride_in_the_same_batch_and_never_touch_rewards(hf_server):
 
 
 def test_probes_that_get_a_batch_refused_never_fail_training(tiny_checkpoint, video_dir, tmp_path):
-    from tests.conftest import start_server
-
     server = start_server(["--engine", "hf", "--max-body-mb", "1"], tiny_checkpoint, video_dir, tmp_path)
     try:  # 4 episodes of 9 frames fit in 1 MB; with 12 probes beside them they do not (413)
         h = hook(server, canary_fraction=1.0, canary_tasks=["open the top drawer"])

@@ -16,8 +16,8 @@ import pytest
 
 from reward_client.video_io import encode_mp4, write_mp4
 from reward_tools.launch import ServerFailed, ServerProcess
-from tests.conftest import CPU_PRESET, LONG_TOKENS, episode_frames, inline
-from tests.helpers.servers import send_without_waiting, stats, wait_until
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import CPU_PRESET, LONG_TOKENS, send_without_waiting, stats, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -254,7 +254,7 @@ def split_yes_checkpoint(tiny_checkpoint: str, out) -> str:
 
 
 def test_a_tokenizer_that_splits_the_answer_words_refuses_logprob_clearly(tiny_checkpoint, video_dir, tmp_path):
-    from tests.conftest import start_server
+    from tests.helpers.servers import start_server
 
     checkpoint = split_yes_checkpoint(tiny_checkpoint, tmp_path / "split-yes")
     server = start_server(["--engine", "hf"], checkpoint, video_dir, tmp_path)

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from reward_client.video_io import encode_mp4, write_mp4
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import InProcessServer
 
 TASK = "put the black bowl on the plate"

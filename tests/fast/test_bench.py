@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import CPU_PRESET
+from tests.helpers.servers import CPU_PRESET
 
 
 @pytest.mark.engine

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_payload, seed_score
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import (
     CHAT,
     InProcessServer,

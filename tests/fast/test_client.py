@@ -17,7 +17,8 @@ from reward_client.client import (
 )
 from reward_client.protocol import InlineFrames, ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
-from tests.conftest import CPU_PRESET, episode_frames
+from tests.helpers.episodes import episode_frames
+from tests.helpers.servers import CPU_PRESET
 
 TASK = "open the top drawer and put the bowl inside"
 

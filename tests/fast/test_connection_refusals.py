@@ -13,7 +13,7 @@ import pytest
 from reward_client import raw_batch
 from reward_client.protocol import ScoreOptions
 from reward_tools.launch import ServerProcess
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import post
 
 BODY_TIMEOUT_S = 1.0

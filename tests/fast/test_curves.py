@@ -18,7 +18,7 @@ from reward_client.progress import ProgressPointsError, check_points, gains, pre
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.engines.io import TextPart, VideoPart
 from reward_server.profiles import load_profile
-from tests.conftest import inline
+from tests.helpers.episodes import inline
 from tests.helpers.servers import InProcessServer, get, post
 
 TASK = "put the black bowl on the plate"

@@ -26,7 +26,7 @@ from reward_server.media.memory_release import Reclaimer
 from reward_server.media.video import DecodeLimits, Probe
 from reward_tools.decoded_memory import synthetic_video
 from reward_tools.launch import ServerProcess
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import (
     CHAT,
     InProcessServer,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiny_runs import SCRIPT
+
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 # a reference to a benchmark output: `docs/bench/...` (globs allowed, e.g. first_*.json)
@@ -25,6 +27,13 @@ def test_readme_is_a_front_door_that_links_every_docs_page():
         assert f"docs/{page.name}" in readme, f"docs/{page.name} is not reachable from the README"
     for marker in ("demo", "tests", "tiny", "docker"):
         assert f"<!-- front-door:{marker} -->" in readme
+
+
+def test_readme_tiny_command_is_this_script():
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- front-door:tiny -->", 1)[1].split("```", 2)[1]
+    command = block.splitlines()[1]
+    assert command.startswith(f"bash {SCRIPT.relative_to(REPO)} "), command
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)

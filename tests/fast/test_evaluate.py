@@ -14,7 +14,7 @@ from reward_tools import eval_metrics as m
 from reward_tools.eval_audit import build_probes
 from reward_tools.evaluate import load_manifest
 from reward_tools.evaluate import main as evaluate_main
-from tests.conftest import audit_by_hand, episode_frames
+from tests.helpers.episodes import audit_by_hand, episode_frames
 
 TASKS = ("put the bowl on the plate", "open the top drawer")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from reward_tools.launch import free_port
-from tests.conftest import CPU_PRESET
-from tests.fast.test_rlinf_integration import APPLY, _unpack
+from tests.helpers.rlinf import APPLY, unpack
+from tests.helpers.servers import CPU_PRESET
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def _port_open(port: int) -> bool:
 
 @pytest.fixture()
 def rlinf_tree(tmp_path) -> Path:
-    tree = _unpack(tmp_path / "rlinf")
+    tree = unpack(tmp_path / "rlinf")
     assert subprocess.run(["bash", str(APPLY), str(tree)], capture_output=True).returncode == 0
     launcher = tree / "examples" / "embodiment" / "run_embodiment.sh"
     launcher.write_text(STAND_IN_LAUNCHER)
@@ -148,7 +148,7 @@ def test_server_is_stopped_when_a_run_fails(rlinf_tree, tiny_checkpoint, tmp_pat
 
 
 def test_unpatched_checkout_is_refused(tmp_path):
-    tree = _unpack(tmp_path / "rlinf")
+    tree = unpack(tmp_path / "rlinf")
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "run_experiments.sh"), str(tree), "--runs", "A"], capture_output=True, text=True
     )

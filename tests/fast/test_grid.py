@@ -10,7 +10,7 @@ import pytest
 
 from reward_client.frames import FrameError, to_grid
 from reward_server.media.video import fit_frames
-from tests.conftest import episode_frames
+from tests.helpers.episodes import episode_frames
 
 
 @pytest.mark.parametrize(("h", "w", "max_pixels"), [(256, 256, 200704), (480, 640, 200704), (100, 60, 200704)])

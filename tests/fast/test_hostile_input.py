@@ -26,7 +26,7 @@ from PIL import Image
 from reward_client.video_io import encode_mp4, write_mp4
 from reward_tools.bench_chat import frame, jpeg_data_url
 from reward_tools.launch import ServerProcess
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import (
     CHAT,
     InProcessServer,

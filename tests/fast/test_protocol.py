@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from reward_client.protocol import BackendKwargs, BatchScoreRequest, InlineFrames, ScoreRequest
-from tests.conftest import inline
+from tests.helpers.episodes import inline
 
 
 def test_seed_body_is_accepted_unchanged():

@@ -18,14 +18,9 @@ from reward_client import raw_batch
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.media.video import fit_frames
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import TASK, episode_frames, inline
+from tests.helpers.episodes import score_body as body
 from tests.helpers.servers import InProcessServer, get, post, wait_until
-
-TASK = "put the black bowl on the plate"
-
-
-def body(frames: np.ndarray | None = None, **extra) -> dict:
-    return {"task_text": TASK, "frames": inline(episode_frames(8) if frames is None else frames), **extra}
 
 
 def raw(episodes: list[tuple[ScoreOptions, np.ndarray | str]]) -> tuple[bytes, dict]:

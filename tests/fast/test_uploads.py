@@ -12,7 +12,7 @@ import pytest
 from reward_server.core.admission import Admission, BodyOverloaded
 from reward_server.http.body import BodyLimits, BodyReader
 from reward_tools.stalled_upload import StalledUpload
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import InProcessServer, post, stats
 
 TASK = "put the bowl on the plate"

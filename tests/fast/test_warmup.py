@@ -8,9 +8,8 @@ import time
 import pytest
 
 from reward_server.settings import load_yaml
-from tests.conftest import CPU_PRESET
-from tests.fast.test_server import body
-from tests.helpers.servers import InProcessServer, get, post, stats
+from tests.helpers.episodes import score_body
+from tests.helpers.servers import CPU_PRESET, InProcessServer, get, post, stats
 
 
 def test_health_is_not_ok_until_the_warmup_batch_has_been_scored():
@@ -49,7 +48,7 @@ def test_health_is_not_ok_until_the_warmup_batch_has_been_scored():
         assert s["warmup"]["frames"] == 6 and s["warmup"]["size"] == 100 and s["warmup"]["seconds"] >= 0.4
         assert s["requests"] == 0 and s["finished"] == 0  # the counters describe real requests only
 
-        r = post(f"{server.url}/score", json=body())
+        r = post(f"{server.url}/score", json=score_body())
         assert r.status_code == 200 and len(engine.seen) == 7 and not engine.seen[-1].request_id.startswith("warmup-")
     finally:
         server.stop()

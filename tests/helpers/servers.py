@@ -1,14 +1,17 @@
 """Servers for tests: the real app in this process (fast tier, usually on the fake engine) or a
-child process (reward_tools.launch.ServerProcess, for real engines)."""
+child process (reward_tools.launch.ServerProcess, for real engines: start_server, and the
+session's server fixtures in tests/conftest.py), and the HTTP helpers that talk to them."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -16,7 +19,20 @@ from reward_server.bootstrap import build_service
 from reward_server.http.app import build_app
 from reward_server.http.connections import DrainingServer, server_config
 from reward_server.settings import ServerSettings
-from reward_tools.launch import free_port
+from reward_tools.launch import ServerProcess, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
+# A generation that is still running when a test acts on it (a client leaving, a deadline, a
+# drain). Its length in tokens alone said nothing about its length in time: 8192 tokens (~14 s on
+# an idle machine) all ended before a busy 2-core machine answered /stats. So the engine's steps
+# get a floor (reward_server/engines/step_floor.py): LONG_TOKENS run for at least
+# LONG_TOKENS * STEP_FLOOR_MS (40 s) however fast the machine generates, and tests act once the
+# engine reports the request's first token (/stats `first_tokens`, see first_token_seen).
+STEP_FLOOR_MS = 10
+LONG_TOKENS = 4000
+STEP_FLOOR_FLAGS = ("--engine-option", f"step_floor_ms={STEP_FLOOR_MS}")
+LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS), *STEP_FLOOR_FLAGS)
 
 
 class InProcessServer:
@@ -143,3 +159,23 @@ def openai_error(r: httpx.Response, status: int, code: str | None = None) -> dic
         assert body["error"]["code"] == code, body
     assert body["error"]["message"]
     return body["error"]
+
+
+def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_dir: Path) -> ServerProcess:
+    flags = ["--config", str(CPU_PRESET), "--model-path", checkpoint, "--video-root", str(video_dir), *extra_flags]
+    server = ServerProcess(flags, log_path=log_dir / f"server-{'-'.join(extra_flags[:2]) or 'default'}.log")
+    server.start()
+    try:
+        server.wait_ready(600)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+def requests_served(server, route: str) -> float:
+    """Requests a server answered 200 on `route`, from its /metrics."""
+    text = httpx.get(f"{server.url}/metrics").text
+    pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
+    match = re.search(pattern, text, re.M)
+    return float(match.group(1)) if match else 0.0

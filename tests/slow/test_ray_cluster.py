@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from reward_tools.launch import free_port
-from tests.conftest import episode_frames, inline
+from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.ray_nodes import RAY, RayProcesses, healthy, listening, wait_for
 
 pytestmark = pytest.mark.slow

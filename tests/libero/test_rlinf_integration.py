@@ -10,207 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import py_compile
-import re
-import shutil
 import subprocess
-import sys
 import time
-import zipfile
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import audit_by_hand
+from tests.helpers.episodes import audit_by_hand
+from tests.helpers.rlinf import LIBERO_VENV, REPO, RUN_D
+from tests.helpers.servers import InProcessServer, requests_served
 
-REPO = Path(__file__).resolve().parents[2]
-APPLY = REPO / "scripts" / "apply_rlinf_patches.sh"
 DRIVER = REPO / "tests" / "libero_driver.py"
-SHARED_CONFIGS = Path(
-    os.environ.get("RLINF_V03_CONFIGS", REPO.parent / "shared" / "rlinf_v0.3" / "examples" / "embodiment" / "config")
-)
-CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
-LIBERO_VENV = Path(os.environ.get("LIBERO_VENV", CACHE / "libero-venv"))
-RUNS = ("runA", "runB_qwen", "runC_primo")
-
-
-def _rlinf_wheel() -> Path:
-    cached = sorted(CACHE.glob("rlinf-0.3.0-*.whl"))
-    if cached:
-        return cached[0]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "rlinf==0.3.0", "-d", str(CACHE)], check=True
-    )
-    return sorted(CACHE.glob("rlinf-0.3.0-*.whl"))[0]
-
-
-def _unpack(dest: Path) -> Path:
-    with zipfile.ZipFile(_rlinf_wheel()) as wheel:
-        for name in wheel.namelist():
-            if name.startswith("rlinf/"):
-                wheel.extract(name, dest)
-    return dest
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(APPLY), *args], capture_output=True, text=True)
-
-
-@pytest.fixture(scope="session")
-def rlinf_trees(tmp_path_factory) -> dict[str, Path]:
-    """The wheel's source twice: as released, and patched with the run configs installed
-    next to RLinf's v0.3 config groups."""
-    if not SHARED_CONFIGS.is_dir():
-        pytest.fail(f"RLinf v0.3 config groups not found at {SHARED_CONFIGS} (set RLINF_V03_CONFIGS)")
-    original = _unpack(tmp_path_factory.mktemp("rlinf_original"))
-    patched = _unpack(tmp_path_factory.mktemp("rlinf_patched"))
-    shutil.copytree(SHARED_CONFIGS, patched / "examples" / "embodiment" / "config")
-    assert _run(str(patched)).returncode == 0
-    return {"original": original, "patched": patched, "config": patched / "examples" / "embodiment" / "config"}
-
-
-# --- the patch and the configs ----------------------------------------------------------------
-
-
-def test_patch_applies_checks_is_idempotent_and_reverts(tmp_path):
-    tree = _unpack(tmp_path / "rlinf")
-    target = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
-    pristine = target.read_text()
-    assert _run(str(tree), "--check").returncode == 1
-
-    first = _run(str(tree))
-    assert first.returncode == 0, first.stderr
-    assert "applied to" in first.stdout
-    patched = target.read_text()
-    py_compile.compile(str(target), doraise=True)
-    assert "reward_client.rlinf_hook" in patched and patched != pristine
-    for run in RUNS:
-        assert (tree / "examples" / "embodiment" / "config" / f"libero_10_grpo_openvlaoft_{run}.yaml").is_file()
-
-    second = _run(str(tree))
-    assert second.returncode == 0 and "already applied" in second.stdout
-    assert target.read_text() == patched  # a second apply changes nothing
-    check = _run(str(tree), "--check")
-    assert check.returncode == 0 and "patch: applied" in check.stdout
-
-    revert = _run(str(tree), "--revert")
-    assert revert.returncode == 0, revert.stderr
-    assert target.read_text() == pristine
-    assert not list((tree / "examples" / "embodiment" / "config").glob("*_run*.yaml"))
-    assert _run(str(tree), "--check").returncode == 1
-
-
-def test_a_checkout_patched_before_views_is_updated_by_applying_again(tmp_path):
-    # the LIBERO patch's earlier revision handed the hook obs["main_images"]; the current one the
-    # whole observation (reward_model.views): applying again updates it in place, revert undoes it
-    tree = _unpack(tmp_path / "rlinf")
-    target = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
-    pristine = target.read_text()
-    earlier = REPO / "rlinf_patches" / "v0.3" / "earlier" / "libero_env.patch"
-    subprocess.run(
-        ["git", "apply", str(earlier)],
-        cwd=tree,
-        check=True,
-        env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)},
-    )
-    assert 'on_reset(env_idx, obs["main_images"])' in target.read_text()
-    check = _run(str(tree), "--check")
-    assert check.returncode == 1 and "an earlier revision is applied" in check.stdout
-    update = _run(str(tree))
-    assert update.returncode == 0, update.stderr
-    assert "updated from its earlier revision" in update.stdout
-    assert "on_reset(env_idx, obs)" in target.read_text() and 'obs["main_images"]' not in target.read_text()
-    assert "already applied" in _run(str(tree)).stdout
-    assert _run(str(tree), "--revert").returncode == 0 and target.read_text() == pristine
-
-
-def test_patch_is_minimal():
-    diff = (REPO / "rlinf_patches" / "v0.3" / "libero_env.patch").read_text()
-    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-    assert len(removed) == 1 and "self._calc_step_reward(terminations)" in removed[0]
-    assert len(added) <= 25
-    assert re.findall(r"^\+\+\+ b/(.*)$", diff, re.M) == ["rlinf/envs/libero/libero_env.py"]
-
-
-def test_apply_refuses_a_directory_that_is_not_rlinf(tmp_path):
-    result = _run(str(tmp_path))
-    assert result.returncode == 1 and "is not RLinf v0.3 nor RLinf main" in result.stderr
-
-
-def _compose(config_dir: Path, run: str) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    os.environ["EMBODIED_PATH"] = str(config_dir.parent)
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
-        cfg = compose(config_name=run if run.startswith("libero_") else f"libero_10_grpo_openvlaoft_{run}")
-    return OmegaConf.to_container(cfg, resolve=False)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, path + "."))
-        else:
-            flat[path] = value
-    return flat
-
-
-def test_run_configs_compose_and_differ_only_in_reward(rlinf_trees):
-    from omegaconf import OmegaConf
-
-    flat = {run: _flatten(_compose(rlinf_trees["config"], run)) for run in RUNS}
-    for run in RUNS[1:]:
-        differing = {k for k in flat["runA"].keys() | flat[run].keys() if flat["runA"].get(k) != flat[run].get(k)}
-        assert differing <= {
-            "env.train.reward_model.enable",
-            "env.train.reward_model.backend",
-            "runner.logger.experiment_name",
-        }, differing
-    assert flat["runA"]["env.train.reward_model.enable"] is False
-    assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
-    assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
-    for run in RUNS:
-        assert not any(k.startswith("env.eval.reward_model") for k in flat[run])  # eval: native success
-        assert flat[run]["cluster.component_placement.actor,env,rollout"] == "0-3"
-    os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
-    resolved = OmegaConf.create(_compose(rlinf_trees["config"], "runB_qwen"))
-    assert resolved.env.train.group_size == resolved.algorithm.group_size == 8
-
-
-RUN_D = "libero_10_ppo_openvlaoft_runD_dense"
-
-
-def test_dense_ppo_config_is_run_b_with_ppo_and_a_curve(rlinf_trees):
-    b, d = (_flatten(_compose(rlinf_trees["config"], run)) for run in ("runB_qwen", RUN_D))
-    differing = {k for k in b.keys() | d.keys() if b.get(k) != d.get(k)}
-    assert differing == {
-        "runner.logger.experiment_name",
-        "algorithm.group_size",
-        "algorithm.update_epoch",
-        "algorithm.adv_type",
-        "algorithm.loss_type",
-        "algorithm.filter_rewards",
-        "actor.model.add_value_head",
-        "actor.optim.critic_warmup_steps",
-        "env.train.reward_model.score_mode",
-        "env.train.reward_model.progress_points",
-        "env.train.reward_model.canary_fraction",
-    }, differing
-    assert (d["algorithm.adv_type"], d["algorithm.loss_type"], d["algorithm.group_size"]) == ("gae", "actor_critic", 1)
-    assert d["env.train.reward_model.progress_points"] == 8 and d["env.train.reward_model.score_mode"] == "logprob"
-    from omegaconf import OmegaConf
-
-    os.environ["EMBODIED_PATH"] = str(rlinf_trees["config"].parent)
-    env = OmegaConf.create(_compose(rlinf_trees["config"], RUN_D)).env.train
-    assert env.use_rel_reward and not env.auto_reset and env.reward_coef == 5.0  # where a curve places rewards
-    assert env.max_episode_steps == env.max_steps_per_rollout_epoch  # an episode per rollout epoch
 
 
 # --- the patched LiberoEnv in the simulator's environment ---------------------------------------
@@ -260,15 +71,7 @@ def _driver(libero_python: str, scenario: str, tree: Path, config: Path, out: Pa
     return result
 
 
-def _metric(server, route: str) -> float:
-    text = httpx.get(f"{server.url}/metrics").text
-    pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
-    match = re.search(pattern, text, re.M)
-    return float(match.group(1)) if match else 0.0
-
-
 @pytest.mark.engine
-@pytest.mark.libero
 def test_real_simulator_episodes_are_judged_once_with_their_own_frames(
     libero_python, rlinf_trees, vllm_server, video_dir, tmp_path
 ):
@@ -323,12 +126,9 @@ def test_real_simulator_episodes_are_judged_once_with_their_own_frames(
     assert r["sent_steps"][0][-1] == first_done + 1  # env 0's video ends at its success frame
 
 
-@pytest.mark.libero
 def test_real_simulator_views_reach_the_judge_as_named_clips(libero_python, rlinf_trees, tmp_path):
     # reward_model.views [main_images, wrist_images] on the patched LiberoEnv: each episode is one
     # request of two clips, the agent view's and the wrist camera's, at the same steps
-    from tests.servers import InProcessServer
-
     with InProcessServer() as server:
         r = _driver(
             libero_python,
@@ -352,7 +152,6 @@ def test_real_simulator_views_reach_the_judge_as_named_clips(libero_python, rlin
     assert any(np.abs(m.astype(int).mean() - env_frames[0, steps[-1]].mean()) < 3 for m in main_last)
 
 
-@pytest.mark.libero
 def test_reward_model_off_gives_rlinfs_original_rewards(libero_python, rlinf_trees, tmp_path):
     common = ("--max-steps", "16", "--goal-chunk", "1", "--reward", "False")
     off = _driver(libero_python, "sim", rlinf_trees["patched"], rlinf_trees["config"], tmp_path / "off.json", *common)
@@ -366,9 +165,8 @@ def test_reward_model_off_gives_rlinfs_original_rewards(libero_python, rlinf_tre
 
 
 @pytest.mark.engine
-@pytest.mark.libero
 def test_64_envs_ending_together_make_one_batch_request(libero_python, rlinf_trees, vllm_server, tmp_path):
-    batch_before, single_before = _metric(vllm_server, "/score/batch"), _metric(vllm_server, "/score")
+    batch_before, single_before = requests_served(vllm_server, "/score/batch"), requests_served(vllm_server, "/score")
     r = _driver(
         libero_python,
         "many",
@@ -386,8 +184,8 @@ def test_64_envs_ending_together_make_one_batch_request(libero_python, rlinf_tre
     assert r["counts"]["batches"] == 1 and r["counts"]["episodes"] == 64 and r["client_attempts"] == 1
     # the run config's canary_fraction 0.1: 6 of the 64 episodes probed three ways, in that same request
     assert r["counts"]["canaries"] == 18 and r["counts"]["canary_failures"] == 0
-    assert _metric(vllm_server, "/score/batch") - batch_before == 1
-    assert _metric(vllm_server, "/score") == single_before
+    assert requests_served(vllm_server, "/score/batch") - batch_before == 1
+    assert requests_served(vllm_server, "/score") == single_before
     rewards, scores = np.array(r["rewards"]), np.array(r["episode"]["vlm_score"])
     assert np.allclose(rewards[:, -1], r["reward_coef"] * scores) and not rewards[:, :-1].any()
 
@@ -398,14 +196,12 @@ def _with_dead_server(libero_python: str, rlinf_trees: dict, out: Path, *flags: 
     return _driver(libero_python, "many", rlinf_trees["patched"], rlinf_trees["config"], out, *dead, *flags)
 
 
-@pytest.mark.libero
 def test_unreachable_server_fails_fast_when_asked(libero_python, rlinf_trees, tmp_path):
     r = _with_dead_server(libero_python, rlinf_trees, tmp_path / "dead.json")
     assert r["error"] and "VLM reward request for 64 episodes failed" in r["error"]
     assert "fail_on_request_error: False" in r["error"]
 
 
-@pytest.mark.libero
 def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_trees, tmp_path):
     fallback = ("--fail-on-request-error", "False", "--fallback", "env_success")
     r = _with_dead_server(libero_python, rlinf_trees, tmp_path / "fallback.json", *fallback)
@@ -418,11 +214,10 @@ def test_unreachable_server_falls_back_counted_and_logged(libero_python, rlinf_t
 
 
 @pytest.mark.engine
-@pytest.mark.libero
 @pytest.mark.parametrize("fail_fast", [True, False], ids=["fail_fast", "fallback"])
 def test_server_killed_during_a_rollout(libero_python, rlinf_trees, tiny_checkpoint, tmp_path, fail_fast):
     from reward_tools.launch import ServerProcess
-    from tests.conftest import CPU_PRESET
+    from tests.helpers.servers import CPU_PRESET
 
     server = ServerProcess(
         ["--config", str(CPU_PRESET), "--engine", "hf", "--model-path", tiny_checkpoint],
@@ -493,7 +288,6 @@ def _audit_run(libero_python: str, rlinf_trees: dict, server, out: Path, *flags:
 
 
 @pytest.mark.engine
-@pytest.mark.libero
 def test_live_audit_and_canaries_on_the_real_simulator(libero_python, rlinf_trees, hf_server, tmp_path):
     on = _audit_run(
         libero_python,
@@ -574,7 +368,6 @@ def _all_frames(path) -> np.ndarray:
 
 
 @pytest.mark.engine
-@pytest.mark.libero
 def test_dense_rewards_reach_rlinfs_rollout_buffer_at_their_steps(libero_python, rlinf_trees, vllm_server, tmp_path):
     """Run D's env on the real simulator, stepped as RLinf's env worker steps it (its rollout
     buffer, the patched place_vlm_rewards after every chunk step): the rewards of the trajectory

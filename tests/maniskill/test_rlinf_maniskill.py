@@ -1,5 +1,5 @@
-"""RLinf v0.3's ManiSkill env with the VLM reward: the patch, the run configs, and the patched
-ManiskillEnv on the real simulator.
+"""RLinf v0.3's ManiSkill env with the VLM reward: the patched ManiskillEnv on the real simulator
+(the patch and the run configs: tests/fast/test_rlinf_maniskill_patch.py).
 
 The env runs in the simulator's own Python environment (scripts/setup_libero_env.sh, which
 calls scripts/setup_maniskill_env.sh: ManiSkill 3, SAPIEN rendering on Mesa's lavapipe on a
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import py_compile
-import re
 import subprocess
 from pathlib import Path
 
@@ -21,95 +19,12 @@ import numpy as np
 import pytest
 
 from reward_tools.launch import free_port
-from tests.fast.test_rlinf_integration import LIBERO_VENV, RUNS, _flatten, _run, _unpack, rlinf_trees  # noqa: F401
+from tests.helpers.rlinf import LIBERO_VENV
 from tests.helpers.servers import InProcessServer
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "maniskill_driver.py"
-TARGET = Path("rlinf/envs/maniskill/maniskill_env.py")
 PICK_CUBE = "Pick up the red cube and place it on the green spot on the table."
-
-
-def _config(run: str) -> str:
-    return f"maniskill_ppo_mlp_{run}"
-
-
-# --- the patch and the configs ----------------------------------------------------------------
-
-
-def test_every_patch_applies_checks_and_reverts_the_maniskill_env_too(tmp_path):
-    tree = _unpack(tmp_path / "rlinf")
-    target = tree / TARGET
-    pristine = target.read_text()
-    first = _run(str(tree))
-    assert first.returncode == 0, first.stderr
-    assert f"applied to {TARGET}" in first.stdout and "applied to rlinf/envs/libero/libero_env.py" in first.stdout
-    py_compile.compile(str(target), doraise=True)
-    assert "reward_client.env_adapters" in target.read_text()
-    for run in RUNS:
-        assert (tree / "examples" / "embodiment" / "config" / f"{_config(run)}.yaml").is_file()
-    check = _run(str(tree), "--check")
-    assert check.returncode == 0 and "patch: applied (maniskill_env.patch)" in check.stdout
-    second = _run(str(tree))
-    assert "patch: already applied (maniskill_env.patch)" in second.stdout
-    assert _run(str(tree), "--revert").returncode == 0
-    assert target.read_text() == pristine
-    assert _run(str(tree), "--check").returncode == 1
-
-
-def test_a_patch_that_cannot_apply_leaves_every_file_alone(tmp_path):
-    tree = _unpack(tmp_path / "rlinf")
-    libero = tree / "rlinf" / "envs" / "libero" / "libero_env.py"
-    pristine = libero.read_text()
-    target = tree / TARGET
-    target.write_text(target.read_text().replace("step_reward = self._calc_step_reward(_reward, infos)", "pass"))
-    result = _run(str(tree))
-    assert result.returncode == 1 and "maniskill_env.patch does not apply" in result.stderr
-    assert libero.read_text() == pristine
-
-
-def test_maniskill_patch_is_minimal():
-    diff = (REPO / "rlinf_patches" / "v0.3" / "maniskill_env.patch").read_text()
-    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-    assert not removed and len(added) <= 16
-    assert re.findall(r"^\+\+\+ b/(.*)$", diff, re.M) == [str(TARGET)]
-
-
-def test_maniskill_run_configs_compose_and_differ_only_in_reward(rlinf_trees):  # noqa: F811
-    configs = rlinf_trees["config"]
-    flat = {run: _flatten(_compose_maniskill(configs, run)) for run in RUNS}
-    for run in RUNS[1:]:
-        differing = {k for k in flat["runA"].keys() | flat[run].keys() if flat["runA"].get(k) != flat[run].get(k)}
-        assert differing <= {
-            "env.train.reward_model.enable",
-            "env.train.reward_model.backend",
-            "runner.logger.experiment_name",
-        }, differing
-    assert flat["runA"]["env.train.reward_model.enable"] is False
-    assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
-    assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
-    for run in RUNS:
-        f = flat[run]
-        assert not any(k.startswith("env.eval.reward_model") for k in f)  # eval: the simulator's reward
-        assert f["env.train.reward_mode"] == "raw"  # the adapter needs it: the judge's value passes through
-        for split in ("train", "eval"):  # frames for the judge, the same state input for the policy
-            assert f[f"env.{split}.init_params.obs_mode"] == "rgb" and f[f"env.{split}.use_full_state"] is True
-        assert f["env.train.init_params.id"] == "PickCube-v1"
-    # the rest is RLinf's own PPO config
-    base = _flatten(_compose_maniskill(configs, None))
-    for key in ("algorithm.adv_type", "algorithm.loss_type", "actor.model.model_type", "env.train.total_num_envs"):
-        assert flat["runA"][key] == base[key]
-
-
-def _compose_maniskill(config_dir: Path, run: str | None) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    os.environ["EMBODIED_PATH"] = str(config_dir.parent)
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
-        cfg = compose(config_name=_config(run) if run else "maniskill_ppo_mlp")
-    return OmegaConf.to_container(cfg, resolve=False)
 
 
 # --- the patched ManiskillEnv on the real simulator ---------------------------------------------
@@ -157,8 +72,7 @@ COEF = 2.0
 SIZE = 56  # on the model's 28-pixel grid: the server uses the frames as sent, no resize
 
 
-@pytest.mark.maniskill
-def test_real_simulator_episodes_are_judged_with_their_own_frames(maniskill_python, rlinf_trees, tmp_path):  # noqa: F811
+def test_real_simulator_episodes_are_judged_with_their_own_frames(maniskill_python, rlinf_trees, tmp_path):
     with InProcessServer() as server:
         r = _drive(
             maniskill_python,
@@ -199,10 +113,9 @@ def test_real_simulator_episodes_are_judged_with_their_own_frames(maniskill_pyth
         assert score == pytest.approx(round(episode[-1].mean() / 255 * 100) / 100)
 
 
-@pytest.mark.maniskill
 def test_no_server_uses_the_counted_fallback_and_run_a_the_simulators_reward(
     maniskill_python,
-    rlinf_trees,  # noqa: F811
+    rlinf_trees,
     tmp_path,
 ):
     lenient = ("--fail-on-request-error", "False", "--fallback", "env_success", "--wait-ready-s", "0")

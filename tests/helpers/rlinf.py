@@ -1,0 +1,73 @@
+"""RLinf v0.3 for tests: its wheel unpacked, the patches applied (scripts/apply_rlinf_patches.sh),
+its config groups (the reference copy next to this repository, shared/rlinf_v0.3, or
+RLINF_V03_CONFIGS) and the simulator's environment (scripts/setup_libero_env.sh)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+APPLY = REPO / "scripts" / "apply_rlinf_patches.sh"
+SHARED_CONFIGS = Path(
+    os.environ.get("RLINF_V03_CONFIGS", REPO.parent / "shared" / "rlinf_v0.3" / "examples" / "embodiment" / "config")
+)
+CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
+LIBERO_VENV = Path(os.environ.get("LIBERO_VENV", CACHE / "libero-venv"))
+RUNS = ("runA", "runB_qwen", "runC_primo")
+
+
+def rlinf_wheel() -> Path:
+    cached = sorted(CACHE.glob("rlinf-0.3.0-*.whl"))
+    if cached:
+        return cached[0]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "rlinf==0.3.0", "-d", str(CACHE)], check=True
+    )
+    return sorted(CACHE.glob("rlinf-0.3.0-*.whl"))[0]
+
+
+def unpack(dest: Path) -> Path:
+    with zipfile.ZipFile(rlinf_wheel()) as wheel:
+        for name in wheel.namelist():
+            if name.startswith("rlinf/"):
+                wheel.extract(name, dest)
+    return dest
+
+
+def apply_patches(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(APPLY), *args], capture_output=True, text=True)
+
+
+def make_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The wheel's source twice: as released, and patched with the run configs installed
+    next to RLinf's v0.3 config groups."""
+    if not SHARED_CONFIGS.is_dir():
+        pytest.fail(f"RLinf v0.3 config groups not found at {SHARED_CONFIGS} (set RLINF_V03_CONFIGS)")
+    original = unpack(tmp_path_factory.mktemp("rlinf_original"))
+    patched = unpack(tmp_path_factory.mktemp("rlinf_patched"))
+    shutil.copytree(SHARED_CONFIGS, patched / "examples" / "embodiment" / "config")
+    assert apply_patches(str(patched)).returncode == 0
+    return {"original": original, "patched": patched, "config": patched / "examples" / "embodiment" / "config"}
+
+
+RUN_D = "libero_10_ppo_openvlaoft_runD_dense"
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A nested config as one level of dotted keys."""
+    flat = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat

@@ -1,0 +1,108 @@
+"""Tiny runs A, B, C and D through RLinf's own training entry point (train_embodied_agent.py).
+
+scripts/run_tiny_experiments.sh runs what a user runs (Hydra composes the run config, Ray starts
+the actor, rollout and env workers, the env workers step the real LIBERO-10 simulator, the runner
+logs to TensorBoard), made small by Hydra overrides and, on this CPU-only machine, with the
+test-only CPU shim (tests/rlinf_cpu_shim.patch) on a private copy of RLinf. Everything asserted
+here is read from what the runner and the reward server wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reward_tools.launch import free_port
+from tests.helpers.rlinf import LIBERO_VENV
+from tests.helpers.tiny_runs import (
+    EPISODE_STEPS,
+    FILTER_BOUNDS,
+    REWARD_COEF,
+    TRAIN_STEPS,
+    color_pixels,
+    port_open,
+    processes_mentioning,
+    run_tiny,
+    scalars,
+    server_count,
+    values,
+)
+
+
+@pytest.mark.timeout(1200)
+def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
+    if not (LIBERO_VENV / "bin" / "python").exists():
+        pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
+    out = tmp_path / "tiny"
+    port = free_port()
+    run_tiny(["--out", str(out), "--port", str(port)], tmp_path, timeout=1140)
+    assert not processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
+    assert not port_open(port), "the reward server outlived the script"
+
+    runs = {run: scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "ABCD"}
+
+    # Run A: LIBERO's own reward, no judge. A random policy fails both envs of the one group, so
+    # the group has no spread and filter_rewards drops it: RLinf trains on no sample.
+    a = runs["A"]
+    assert not [tag for tag in a if tag.startswith("env/vlm_")]
+    assert np.allclose(values(a, "env/return"), REWARD_COEF * values(a, "env/success_once"))
+    assert np.all(values(a, "env/return") < FILTER_BOUNDS[0])
+    assert np.all(np.isnan(values(a, "rollout/rewards")))
+
+    for run in "BC":  # B judges synchronously (the script's override), C asynchronously: the same checks
+        s = runs[run]
+        scores = values(s, "env/vlm_score")
+        assert np.all((scores > 0) & (scores < 1)), scores
+        assert np.all(values(s, "env/vlm_fallback") == 0)
+        assert np.all(values(s, "env/vlm_latency_ms") > 0)
+        assert np.all(values(s, "env/success_once") == 0)  # both envs end by truncation at the last step
+        # the env's return is reward_coef x score, given once, at the first done step
+        assert np.allclose(values(s, "env/return"), REWARD_COEF * scores, rtol=1e-4)
+        # ... and that is the reward the actor trained on: its mean over the trained samples
+        # (every step up to the first done, the last one here) times the steps per episode
+        trained = values(s, "rollout/rewards")
+        assert np.allclose(trained * EPISODE_STEPS, REWARD_COEF * scores, rtol=1e-4), (trained, scores)
+        assert not any(math.isnan(v) for v in trained)  # the group (two different scores) is kept
+        assert np.all(values(s, "rollout/advantages_max") > 0)
+        # both envs end in the same step of each rollout: one batch request per step, no single ones
+        served = (out / f"run{run}" / "server_metrics.txt").read_text()
+        assert server_count(served, "/score/batch") == TRAIN_STEPS
+        assert server_count(served, "/score") == 0
+
+    # Run D: PPO on the judge's 8-point progress curves, judged asynchronously (the run config):
+    # the env worker patch placed the terminal reward at the done step and moved each point's gain
+    # back to its step in the rollout buffer; what the actor trained on sums to reward_coef x score
+    # and the logged return is reward_coef x score, as synchronously.
+    d = runs["D"]
+    scores = values(d, "env/vlm_score")
+    assert np.all((scores > 0) & (scores < 1)) and np.all(values(d, "env/vlm_fallback") == 0)
+    assert np.allclose(values(d, "env/return"), REWARD_COEF * scores, rtol=1e-4)
+    trained = values(d, "rollout/rewards")
+    assert np.allclose(trained * EPISODE_STEPS, REWARD_COEF * scores, rtol=1e-4), (trained, scores)
+    assert np.all(values(d, "env/vlm_moved_reward") > 0)  # placed before the done step
+    assert np.all(np.isfinite(values(d, "rollout/advantages_max")))
+    served = (out / "runD" / "server_metrics.txt").read_text()
+    assert server_count(served, "/score/batch") == TRAIN_STEPS
+    points = re.search(r"^reward_curve_points_total (\S+)$", served, re.M)
+    assert points and float(points.group(1)) == TRAIN_STEPS * 2 * 8  # 2 envs a step, 8 points each
+
+    assert not (out / "runA" / "reward_server.log").exists()  # no judge in run A
+
+    summary = (out / "summary.txt").read_text()
+    groups = re.findall(r"^([ABCD])\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
+    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in "ABCD" for step in range(TRAIN_STEPS)]
+    assert sorted(groups) == sorted(expected)
+
+    png = out / "compare.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+    with open(out / "compare.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["run"] for r in rows if r["metric"] == "env/return"} == {"A", "B", "C", "D"}
+    # matplotlib C0, C1, C2, C3: A, B, C, D
+    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)):
+        assert color_pixels(png, color) > 100, color
