@@ -35,7 +35,7 @@ from reward_tools.launch import free_port
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import LONG_TOKENS, stats, wait_until
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
+pytestmark = pytest.mark.timeout(3600)
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "vlm-reward-server-test"

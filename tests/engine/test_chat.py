@@ -21,8 +21,6 @@ from reward_tools.bench_chat import frame, history_payload, jpeg_data_url, seed_
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import get, post
 
-pytestmark = pytest.mark.engine
-
 CHAT = "/v1/chat/completions"
 # a 256x256 frame lands on 252x252: (252 / 28)^2 = 81 merged patches, plus vision start / end
 TOKENS_PER_FRAME = 81 + 2

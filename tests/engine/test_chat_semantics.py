@@ -22,8 +22,6 @@ from transformers import AutoTokenizer
 from reward_tools.bench_chat import frame, jpeg_data_url
 from tests.helpers.servers import LONG_FLAGS, get, post
 
-pytestmark = pytest.mark.engine
-
 CHAT = "/v1/chat/completions"
 CONTEXT = int(LONG_FLAGS[LONG_FLAGS.index("--max-model-len") + 1])
 SAY = [{"role": "user", "content": "Say something."}]
@@ -222,7 +220,7 @@ def instruct_server(request, tiny_checkpoint, video_dir, tmp_path_factory):
     import json
     from pathlib import Path
 
-    from tests.conftest import start_server
+    from tests.helpers.servers import start_server
 
     path = tmp_path_factory.mktemp("instruct") / "tiny-instruct"
     path.mkdir()

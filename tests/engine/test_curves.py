@@ -13,8 +13,6 @@ from reward_client.progress import prefix_ends
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import LONG_FLAGS, start_server, stats
 
-pytestmark = pytest.mark.engine
-
 TASK = "put the black bowl on the plate"
 
 

@@ -35,7 +35,6 @@ def official_primo_prompt(task: str) -> str:
     )
 
 
-@pytest.mark.engine
 def test_primo_prompt_and_media_order_as_prepared_for_vllm(tiny_checkpoint):
     profile = load_profile("PRIMO-R1")
     video = episode_frames(steps=8, size=56)
@@ -56,7 +55,6 @@ def test_primo_prompt_and_media_order_as_prepared_for_vllm(tiny_checkpoint):
     assert params.max_tokens == 4096
 
 
-@pytest.mark.engine
 def test_primo_prompt_override_keeps_the_official_wrapping(tiny_checkpoint):
     profile = load_profile("PRIMO-R1")
     request = profile.build(TASK, episode_frames(4, 56), BackendKwargs(prompt="Did the robot finish: {task}?"), "auto")
@@ -65,7 +63,6 @@ def test_primo_prompt_override_keeps_the_official_wrapping(tiny_checkpoint):
     assert text.endswith(REFERENCE["type_template_numerical"])
 
 
-@pytest.mark.engine
 def test_primo_prompt_through_the_server(primo_hf_server, video_dir):
     """The transformers engine behind a real server receives the same official prompt."""
     frames = episode_frames(steps=10, size=64)

@@ -25,8 +25,6 @@ from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.ray_nodes import RAY, RayProcesses, healthy, listening, wait_for
 from tests.helpers.servers import CPU_PRESET
 
-pytestmark = pytest.mark.engine
-
 REPLICA = "x-reward-replica"
 
 

@@ -30,7 +30,6 @@ from tests.helpers.servers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.engine
 TASK = "put the black bowl on the plate"
 
 

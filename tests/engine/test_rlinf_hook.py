@@ -14,8 +14,6 @@ from reward_client.rlinf_config import RewardModelConfig
 from reward_client.rlinf_hook import VLMRewardHook
 from tests.helpers.servers import requests_served, start_server
 
-pytestmark = pytest.mark.engine
-
 N, COEF = 4, 5.0
 TASKS = ["put the bowl on the plate"] * N
 

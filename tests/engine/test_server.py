@@ -19,8 +19,6 @@ from reward_tools.launch import ServerFailed, ServerProcess
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import CPU_PRESET, LONG_TOKENS, send_without_waiting, stats, wait_until
 
-pytestmark = pytest.mark.engine
-
 ENGINES = ["vllm_server", "hf_server"]
 TASK = "put the black bowl on the plate"
 

@@ -16,13 +16,10 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from reward_tools.launch import free_port
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.ray_nodes import RAY, RayProcesses, healthy, listening, wait_for
-
-pytestmark = pytest.mark.slow
 
 
 def test_two_ray_nodes_serve_one_clients_requests_with_one_replica_each(tmp_path):

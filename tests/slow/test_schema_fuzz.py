@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (
@@ -27,7 +26,6 @@ from tests.helpers.servers import InProcessServer
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance]
 
 
-@pytest.mark.slow
 def test_api_never_fails_and_matches_its_schema(tmp_path):
     cases: collections.Counter = collections.Counter()
     with InProcessServer(video_roots=[str(tmp_path)]) as server:

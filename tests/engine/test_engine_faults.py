@@ -27,10 +27,8 @@ import psutil
 import pytest
 
 from reward_tools.launch import ServerProcess
-from tests.conftest import CPU_PRESET, STEP_FLOOR_FLAGS, episode_frames, inline
-from tests.servers import first_token_seen, stats
-
-pytestmark = pytest.mark.engine
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import CPU_PRESET, STEP_FLOOR_FLAGS, first_token_seen, stats
 
 
 def generation(tokens: int, n: int) -> dict:

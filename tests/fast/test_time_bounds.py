@@ -21,7 +21,7 @@ import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardUnavailable
 from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
-from tests.servers import InProcessServer, stats
+from tests.helpers.servers import InProcessServer, stats
 
 
 def request() -> ScoreRequest:

@@ -22,11 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import InProcessServer
+from tests.helpers.servers import InProcessServer
 
-pytestmark = pytest.mark.libero  # the simulator environment holds RLinf's dependencies
-
-REPO = Path(__file__).resolve().parents[1]
+# a libero test (its folder marks it): the simulator environment holds RLinf's dependencies
+REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "rlinf_api_driver.py"
 CONFIGS = REPO / "configs" / "rlinf" / "main"
 CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))

@@ -15,7 +15,7 @@ import pytest
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest
 from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
-from tests.servers import InProcessServer, get
+from tests.helpers.servers import InProcessServer, get
 
 MIB = 1024 * 1024
 N = 8  # episodes of 16 frames of 256x256: 3 MiB each as bytes, 4 MiB as base64 (32 MiB in one JSON body)

@@ -17,7 +17,7 @@ from reward_client import raw_batch
 from reward_client.frames import FrameError, as_uint8, to_grid
 from reward_client.protocol import InlineFrames, ScoreOptions
 from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
-from tests.servers import InProcessServer, post
+from tests.helpers.servers import InProcessServer, post
 
 HALF = np.full((4, 56, 56, 3), 0.5, np.float32)  # what RLinf's earlier reward-data collector stores
 REFUSED = [

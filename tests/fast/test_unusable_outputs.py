@@ -19,8 +19,8 @@ import pytest
 
 from reward_server.engines.base import unusable_output
 from reward_server.engines.io import EngineOutput, EngineRequest, Sampling
-from tests.conftest import episode_frames, inline
-from tests.servers import InProcessServer, get, post, send_without_waiting
+from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.servers import InProcessServer, get, post, send_without_waiting
 
 FAULTS = ["abort_on=ENGINEABORT", "unfinished_on=CUTOFF", "empty_on=NOTHING", "nan_logprob_on=NANPROB"]
 
