@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-from reward_server.settings import load_yaml
 from tests.helpers.episodes import score_body
-from tests.helpers.servers import CPU_PRESET, InProcessServer, get, post, stats
+from tests.helpers.servers import InProcessServer, get, post, stats
 
 
 def test_health_is_not_ok_until_the_warmup_batch_has_been_scored():
@@ -64,16 +61,3 @@ def test_a_warmup_the_engine_cannot_score_fails_the_server():
         health = get(f"{server.url}/health")
         assert health.status_code == 503 and health.json()["status"] == "failed"
         assert "warm-up" in health.json()["detail"]
-
-
-@pytest.mark.engine
-def test_real_engine_warms_up_before_it_reports_ok(vllm_server):
-    """The session's vLLM server (tiny checkpoint, cpu_tiny preset) warmed up at start."""
-    log = vllm_server.log_path.read_text(errors="replace")
-    warm, ready = log.find("warm-up: "), log.find("ready: backend=")
-    assert 0 <= warm < ready, log[-3000:]
-    assert vllm_server.health_seen[0] == "loading"
-    preset = load_yaml(CPU_PRESET)
-    report = stats(vllm_server.url)["warmup"]
-    assert report["score_modes"] == ["auto", "logprob"] and report["episodes"] == 2 * preset["warmup_batch"]
-    assert (report["frames"], report["size"]) == (preset["warmup_frames"], preset["warmup_size"])

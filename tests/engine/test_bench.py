@@ -1,0 +1,46 @@
+"""The benchmark's short mode on the vLLM engine: every path measured in one run, the report
+docs/performance.md quotes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.servers import CPU_PRESET
+
+
+def test_bench_short_mode_measures_every_path_in_one_run(tiny_checkpoint, tmp_path):
+    out = tmp_path / "bench.json"
+    launch = f"--config {CPU_PRESET} --engine vllm --model-path {tiny_checkpoint}"
+    paths = ["hook_raw", "hook_json", "hook_mp4", "concurrent", "sequential"]
+    args = ["--launch", launch, "--n", "4", "--styles", "logprob", "gen8", "--paths", *paths]
+    proc = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench", *args, "--repeats", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header, *rows = [
+        line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in ("path", *paths)
+    ]
+    assert header.split()[:4] == ["path", "style", "N", "eps/s"]
+    assert len(rows) == len(paths) * 2
+    report = json.loads(out.read_text())
+    assert report["server"]["status"] == "ok" and report["server"]["engine"] == "vllm"
+    results = report["results"]
+    assert {(r["path"], r["style"]) for r in results} == {(p, s) for p in paths for s in ("logprob", "gen8")}
+    for r in results:
+        assert r["errors"] == 0 and r["episodes_per_s"] > 0 and r["n"] == 4
+        stages = r["stages"]
+        assert stages["total_ms"] >= stages["engine_ms"] > 0 and stages["receive_ms"] >= 0
+    by_path = {(r["path"], r["style"]): r for r in results}
+    assert by_path[("hook_raw", "logprob")]["request_mib"] == pytest.approx(4 * 16 * 256 * 256 * 3 / 2**20, rel=0.01)
+    # one table from the raw engine, server and peer files (here: server only)
+    table = subprocess.run(
+        [sys.executable, "-m", "reward_tools.bench_report", str(out)], capture_output=True, text=True, check=True
+    ).stdout
+    assert table.count("\n") == len(results) + 2 and "| hook_raw [bench] | logprob | 4 |" in table

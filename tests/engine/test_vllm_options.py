@@ -1,0 +1,63 @@
+"""The vLLM option flags against the installed vLLM: what it supports, what an older one lacks,
+what reaches it (vLLM is imported; no model is loaded)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reward_server import cli
+from reward_server.bootstrap import engine_config
+
+FLAGS = ["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--compile-mm-encoder", "--cudagraph-mm-encoder"]
+
+
+def test_the_installed_vllm_is_asked_what_it_supports():
+    from reward_server.engines.vllm_engine import VllmEngine
+    from reward_server.engines.vllm_options import UnsupportedByVllm
+
+    kwargs = VllmEngine(engine_config(cli.parse_settings([*FLAGS, "--model-path", "/m"]))).engine_kwargs()
+    assert kwargs["quantization"] == "fp8" and kwargs["kv_cache_dtype"] == "fp8"
+    assert kwargs["compilation_config"] == {"compile_mm_encoder": True, "cudagraph_mm_encoder": True}
+    for argv, message in (
+        (["--quantization", "fp9"], "--quantization 'fp9': vLLM .* knows .*fp8"),
+        (["--kv-cache-dtype", "int3"], "--kv-cache-dtype 'int3': vLLM .* knows .*fp8_e4m3"),
+        (["--engine-option", 'compilation_config={"cudagraph_mm_encoderz": true}'], None),
+    ):
+        engine = VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"])))
+        if message is None:
+            engine.engine_kwargs()  # unknown keys the flags did not set are vLLM's to judge
+            continue
+        with pytest.raises(UnsupportedByVllm, match=message):
+            engine.engine_kwargs()
+
+
+def test_an_older_vllm_without_the_encoder_switches_is_named(monkeypatch):
+    import dataclasses
+
+    import vllm.config
+
+    from reward_server.engines.vllm_options import UnsupportedByVllm, check_supported
+
+    monkeypatch.setattr(vllm.config, "CompilationConfig", dataclasses.make_dataclass("Old", [("mode", int, 0)]))
+    with pytest.raises(UnsupportedByVllm, match=r"has no cudagraph_mm_encoder .*--cudagraph-mm-encoder needs a newer"):
+        check_supported({"compilation_config": {"cudagraph_mm_encoder": True}})
+
+
+def test_processor_cache_size_and_drain_time_reach_vllm():
+    """--mm-processor-cache-gb sizes vLLM's processor cache (default 0.5 GiB on CPU, was 1: it only
+    serves one curve's points); --shutdown-timeout-s becomes the engine core's shutdown_timeout, so a
+    SIGTERM to the process group lets it finish what it holds (vLLM's default 0 aborts it all)."""
+    from reward_server.engines.vllm_engine import CPU_PROCESSOR_CACHE_GB, VllmEngine
+
+    def kwargs(*argv: str) -> dict:
+        return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
+
+    default = kwargs()
+    assert default["mm_processor_cache_gb"] == CPU_PROCESSOR_CACHE_GB == 0.5
+    assert default["shutdown_timeout"] == 60
+    sized = kwargs("--mm-processor-cache-gb", "3", "--shutdown-timeout-s", "12.5")
+    assert sized["mm_processor_cache_gb"] == 3 and sized["shutdown_timeout"] == 13
+    assert kwargs("--mm-processor-cache-gb", "0")["mm_processor_cache_gb"] == 0
+    # content hashes instead of ids: the cache stays off (its halves drift apart after an abort)
+    assert kwargs("--engine-option", "curve_clip_ids=false")["mm_processor_cache_gb"] == 0
+    assert kwargs("--engine-option", "shutdown_timeout=0")["shutdown_timeout"] == 0
