@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from reward_client.video_io import write_mp4
 from reward_server.media.video import decode_frames
 from reward_tools import eval_metrics as m
 from reward_tools.eval_audit import build_probes
 from reward_tools.evaluate import load_manifest
-from reward_tools.evaluate import main as evaluate_main
-from tests.helpers.episodes import audit_by_hand, episode_frames
-
-TASKS = ("put the bowl on the plate", "open the top drawer")
+from tests.helpers.episodes import LABELED_TASKS as TASKS
+from tests.helpers.episodes import write_labeled_set
 
 
 def test_auroc_by_hand():
@@ -65,27 +61,8 @@ def test_spearman_and_voc_by_hand():
 
 
 @pytest.fixture
-def labeled_set(tmp_path):
-    rows = []
-    for i in range(8):
-        success = i % 2 == 0
-        frames = episode_frames(12, seed=i)
-        if success:
-            frames[-4:, :, :] = (40, 200, 40)  # a visibly different ending
-        path = write_mp4(frames, tmp_path / f"ep{i}.mp4")
-        rows.append(
-            {
-                "video": path.split("/")[-1],
-                "task": TASKS[i // 4],  # two tasks, each with two successes and two failures
-                "success": int(success),
-                "progress": 100 if success else 10 * i,
-                "trajectory": f"traj{i % 2}",
-                "t": i // 2,
-            }
-        )
-    manifest = tmp_path / "manifest.jsonl"
-    manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return tmp_path
+def labeled_set(tmp_path) -> Path:
+    return write_labeled_set(tmp_path)
 
 
 def test_offline_probes_are_the_live_ones(labeled_set):
@@ -104,58 +81,3 @@ def test_offline_probes_are_the_live_ones(labeled_set):
             assert np.array_equal(p.frames, sampled) and p.task == TASKS[1 - p.source // 4]
     assert len(build_probes(episodes, nframes=8, fraction=0.25)) == 2 * 3
     assert build_probes(episodes, nframes=8, fraction=0.0) == []
-
-
-@pytest.mark.engine
-def test_evaluate_end_to_end_writes_report_and_plots(hf_server, labeled_set, tmp_path):
-    out = tmp_path / "report" / "judge"
-    code = evaluate_main(
-        [
-            "--manifest",
-            str(labeled_set),
-            "--server",
-            f"tiny={hf_server.url}",
-            "--score-mode",
-            "logprob",
-            "--score-mode",
-            "auto",
-            "--nframes",
-            "8",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
-    report = json.loads(out.with_suffix(".json").read_text())
-    by_config = {c["config"]: c for c in report["configs"]}
-    assert set(by_config) == {"tiny/logprob", "tiny/auto"}
-    lp = by_config["tiny/logprob"]
-    assert lp["episodes"] == 8 and lp["parse_failure_rate"] == 0.0 and 0.0 <= lp["auroc"] <= 1.0
-    assert sum(b["count"] for b in lp["calibration"]) == 8 and "voc" in lp and "spearman_progress" in lp
-    auto = by_config["tiny/auto"]  # random weights: some replies hold one number, others none
-    assert sum(auto["statuses"].values()) == 8
-    failures = sum(v for k, v in auto["statuses"].items() if k in ("no_number", "multiple_numbers", "missing_answer"))
-    assert auto["parse_failure_rate"] == pytest.approx(failures / 8) and auto["scored"] == 8 - failures
-    md = out.with_suffix(".md").read_text()
-    assert "| tiny/logprob | 8 | 0.0% |" in md and f"| tiny/auto | 8 | {failures / 8:.1%} |" in md
-    # per task and canaries: the live audit's numbers, checked by hand from the episodes' scores
-    labels = [i % 2 == 0 for i in range(8)]
-    for t, task in enumerate(TASKS):
-        rows = range(4 * t, 4 * t + 4)
-        hand = audit_by_hand([lp["scores"][i] for i in rows], [labels[i] for i in rows], 0.5)
-        assert lp["tasks"][task] == pytest.approx({**hand, "successes": 2})
-    canary = lp["canary"]
-    assert canary["real_success"] == pytest.approx(np.mean([lp["scores"][i] for i in range(0, 8, 2)]))
-    for kind in ("static", "reversed", "wrong_task"):
-        assert canary[f"{kind}_n"] == 8 and canary[f"{kind}_failed"] == 0 and 0 <= canary[kind] <= 1
-    assert "## Canaries" in md and f"| {TASKS[1]} | 4 | 2 |" in md
-    for png in (
-        "judge-roc.png",
-        "judge-tiny_logprob-hist.png",
-        "judge-tiny_logprob-reliability.png",
-        "judge-tiny_logprob-canary.png",
-        "judge-tiny_logprob-tasks.png",
-    ):
-        data = (out.parent / png).read_bytes()
-        assert data[:4] == b"\x89PNG" and len(data) > 5000
-    assert not math.isnan(lp["latency_ms_p50"])

@@ -1,10 +1,15 @@
-"""Episodes the tests send, and the audit's numbers worked out by hand."""
+"""Episodes the tests send (frames, bodies, a labeled set for the evaluation tool), and the audit's
+numbers worked out by hand."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
 from reward_client.protocol import InlineFrames
+from reward_client.video_io import write_mp4
 
 
 def episode_frames(steps: int = 24, size: int = 64, seed: int = 0) -> np.ndarray:
@@ -58,3 +63,37 @@ def audit_by_hand(scores: list[float], labels: list[bool], threshold: float) -> 
         "score_failure": sum(neg) / len(neg),
         "best_threshold": max(scores, key=quality),
     }
+
+
+def ramp(steps: int, size: int = 56) -> np.ndarray:
+    """Frames whose brightness rises over the episode: the fake engine scores the brightness of
+    the last frame it sees, so a curve over them rises and its points can be predicted."""
+    return np.stack([np.full((size, size, 3), round(255 * t / max(1, steps - 1)), np.uint8) for t in range(steps)])
+
+
+LABELED_TASKS = ("put the bowl on the plate", "open the top drawer")
+
+
+def write_labeled_set(directory: Path) -> Path:
+    """Eight labeled episodes as MP4s and the manifest the evaluation tool reads: two tasks, each
+    with two successes (a visibly different ending) and two failures."""
+    rows = []
+    for i in range(8):
+        success = i % 2 == 0
+        frames = episode_frames(12, seed=i)
+        if success:
+            frames[-4:, :, :] = (40, 200, 40)  # a visibly different ending
+        path = write_mp4(frames, directory / f"ep{i}.mp4")
+        rows.append(
+            {
+                "video": path.split("/")[-1],
+                "task": LABELED_TASKS[i // 4],  # two tasks, each with two successes and two failures
+                "success": int(success),
+                "progress": 100 if success else 10 * i,
+                "trajectory": f"traj{i % 2}",
+                "t": i // 2,
+            }
+        )
+    manifest = directory / "manifest.jsonl"
+    manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return directory

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -71,3 +72,42 @@ def flatten(tree: dict, prefix: str = "") -> dict:
         else:
             flat[path] = value
     return flat
+
+
+STAND_IN_LAUNCHER = textwrap.dedent(
+    """\
+    #!/usr/bin/env bash
+    # stand-in for RLinf's run_embodiment.sh: no training, only what the experiment script relies on
+    set -eu
+    config=$1
+    log_dir="logs/$(date +%Y%m%d-%H%M%S%N)-$config"
+    mkdir -p "$log_dir"
+    health=$(curl -s "http://127.0.0.1:$REWARD_PORT/health" || echo none)
+    echo "$health" > "$log_dir/reward_health.json"
+    [ "${FAIL_CONFIG:-}" = "$config" ] && { echo "training crashed" >&2; exit 1; }
+    python - "$log_dir" "$config" <<'PY'
+    import sys, math
+    from torch.utils.tensorboard import SummaryWriter
+    log_dir, config = sys.argv[1], sys.argv[2]
+    shift = {"runA": 0.0, "runB_qwen": 0.05, "runC_primo": 0.1}[config.split("openvlaoft_")[1]]
+    w = SummaryWriter(f"{log_dir}/tensorboard")
+    for step in range(0, 50, 5):
+        w.add_scalar("env/success_once", min(1.0, 0.2 + shift + step / 100), step)
+        w.add_scalar("env/return", 5 * (0.2 + shift + step / 100), step)
+        if config != "libero_10_grpo_openvlaoft_runA":
+            w.add_scalar("env/vlm_score", 0.3 + shift + 0.1 * math.sin(step / 10), step)
+        if step % 10 == 0:
+            w.add_scalar("eval/success_once", 0.1 + shift + step / 120, step)
+    w.close()
+    PY
+    """
+)
+
+
+def stand_in_tree(dest: Path) -> Path:
+    """RLinf's source, patched, with the stand-in launcher in place of run_embodiment.sh."""
+    tree = unpack(dest)
+    assert subprocess.run(["bash", str(APPLY), str(tree)], capture_output=True).returncode == 0
+    launcher = tree / "examples" / "embodiment" / "run_embodiment.sh"
+    launcher.write_text(STAND_IN_LAUNCHER)
+    return tree

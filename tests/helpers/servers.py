@@ -14,12 +14,15 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 
+from reward_client.video_io import write_mp4
 from reward_server.bootstrap import build_service
 from reward_server.http.app import build_app
 from reward_server.http.connections import DrainingServer, server_config
 from reward_server.settings import ServerSettings
 from reward_tools.launch import ServerProcess, free_port
+from tests.helpers.episodes import TASK
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
@@ -179,3 +182,20 @@ def requests_served(server, route: str) -> float:
     pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
     match = re.search(pattern, text, re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def post_path(server, path, timeout: float = 30.0) -> httpx.Response:
+    """/score for the video at `path` (under one of the server's --video-root)."""
+    return post(f"{server.url}/score", json={"task_text": TASK, "video_path": str(path)}, timeout=timeout)
+
+
+def still_serves(server, root: Path) -> None:
+    """A good request after a bad one is answered with the right score (a bright last frame: the
+    fake engine's score) and /health says ok."""
+    frames = np.zeros((6, 56, 56, 3), np.uint8)
+    frames[-1] = 255
+    path = root / f"good-{time.monotonic_ns()}.mp4"
+    write_mp4(frames, path)
+    r = post_path(server, path)
+    assert r.status_code == 200 and r.json()["score"] > 0.9, r.text
+    assert get(f"{server.url}/health").json()["status"] == "ok"
