@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
 from reward_client.protocol import ScoreOptions
-from tests.servers import InProcessServer, stats
+from tests.helpers.servers import InProcessServer, stats
 
 
 def case(timeout_s: float | None) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.rlinf import make_trees
+from tests.helpers.rlinf import make_trees, rlinf_main_checkout
 from tests.helpers.servers import LONG_FLAGS, start_server
 
 SESSION_MARK = "REWARD_SERVER_TEST_SESSION"
@@ -153,3 +153,9 @@ def rlinf_trees(tmp_path_factory) -> dict[str, Path]:
     """RLinf v0.3's source twice: as released, and patched with the run configs installed next to
     RLinf's v0.3 config groups (tests/helpers/rlinf.py)."""
     return make_trees(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def rlinf_main(tmp_path_factory) -> Path:
+    """An RLinf main checkout (tests/helpers/rlinf.py says where it comes from)."""
+    return rlinf_main_checkout(tmp_path_factory)

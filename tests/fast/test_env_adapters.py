@@ -1,56 +1,29 @@
 """The per-env adapters against the real app on the fake engine (fast tier).
 
 ManiSkill's env is batched: one env object holds every env of its worker as torch tensors. The
-stand-in below has the shape RLinf's ManiskillEnv gives the adapter (num_envs, device, the gym
+stand-in (tests/helpers/envs.py) has the shape RLinf's ManiskillEnv gives the adapter (num_envs, device, the gym
 env's `unwrapped`); the patched env on the real simulator is exercised in
-test_rlinf_maniskill.py. The fake engine answers the last frame's brightness as the score.
+tests/maniskill/test_rlinf_maniskill.py. The fake engine answers the last frame's brightness as the score.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from reward_client.env_adapters import MANISKILL_TASKS, ManiSkillAdapter
 from reward_client.rlinf_config import RewardModelConfig
 from reward_client.rlinf_hook import VLMRewardHook
+from tests.helpers.envs import COEF, StandInManiskill, env_cfg
+from tests.helpers.envs import N_ENVS as N
 from tests.helpers.servers import InProcessServer
-
-N, COEF = 4, 2.5
 
 
 @pytest.fixture(scope="module")
 def server():
     with InProcessServer() as s:
         yield s
-
-
-class StandInManiskill:
-    """What the adapter reads of RLinf's ManiskillEnv: num_envs, device, env.unwrapped."""
-
-    def __init__(self, instruction=None):
-        unwrapped = SimpleNamespace()
-        if instruction is not None:
-            unwrapped.get_language_instruction = lambda: instruction
-        self.env = SimpleNamespace(unwrapped=unwrapped)
-        self.num_envs = N
-        self.device = torch.device("cpu")
-
-
-def env_cfg(url: str, **reward_model) -> OmegaConf:
-    return OmegaConf.create(
-        {
-            "reward_mode": "raw",
-            "reward_coef": COEF,
-            "ignore_terminations": False,
-            "init_params": {"id": "PickCube-v1"},
-            "reward_model": {"enable": True, "url": url, "nframes": 4, "wait_ready_s": 30, **reward_model},
-        }
-    )
 
 
 def obs(t: int, bright: list[int] | None = None) -> dict:

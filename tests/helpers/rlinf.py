@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -111,3 +112,50 @@ def stand_in_tree(dest: Path) -> Path:
     launcher = tree / "examples" / "embodiment" / "run_embodiment.sh"
     launcher.write_text(STAND_IN_LAUNCHER)
     return tree
+
+
+def simulator_env() -> dict:
+    """The environment for a driver in the simulator's venv: this repository importable, no GPU,
+    and Mesa's lavapipe for ManiSkill's Vulkan rendering where scripts/setup_maniskill_env.sh put it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
+    vulkan = LIBERO_VENV / "vulkan"
+    if (vulkan / "icd.json").exists():  # lavapipe (scripts/setup_maniskill_env.sh)
+        env["VK_ICD_FILENAMES"] = str(vulkan / "icd.json")
+        env["LD_LIBRARY_PATH"] = f"{vulkan / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def maniskill_python() -> str:
+    """The simulator venv's python, with ManiSkill in it (else the test fails, saying how to set it up)."""
+    python = LIBERO_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(
+            f"no simulator environment at {LIBERO_VENV}: run `bash scripts/setup_libero_env.sh` (it sets up "
+            "ManiSkill too), or deselect with -m 'not maniskill'"
+        )
+    check = subprocess.run([str(python), "-c", "import mani_skill"], capture_output=True, env=simulator_env())
+    if check.returncode != 0:
+        pytest.fail(f"ManiSkill missing in {LIBERO_VENV}: bash scripts/setup_maniskill_env.sh")
+    return str(python)
+
+
+def _has_worker(tree: Path) -> bool:
+    return (tree / "rlinf" / "workers" / "reward" / "api_reward_worker.py").exists()
+
+
+def rlinf_main_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An RLinf main checkout: RLINF_MAIN_DIR, else the one scripts/setup_rlinf_main.sh unpacks
+    into the cache, else the snapshot beside this checkout unpacked here."""
+    named = os.environ.get("RLINF_MAIN_DIR")
+    candidates = [Path(named)] if named else sorted(CACHE.glob("rlinf-main-*"), reverse=True)
+    for tree in candidates:
+        if _has_worker(tree):
+            return tree
+    tarballs = sorted((REPO.parent / "shared" / "rlinf_main").glob("rlinf-main-*.tar.xz"))
+    if not tarballs:
+        pytest.fail("no RLinf main checkout: run `bash scripts/setup_libero_env.sh` or set RLINF_MAIN_DIR")
+    dest = tmp_path_factory.mktemp("rlinf_main")
+    with tarfile.open(tarballs[-1]) as tar:
+        tar.extractall(dest, filter="data")
+    return dest

@@ -16,45 +16,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.helpers.rlinf import LIBERO_VENV
 from tests.helpers.servers import InProcessServer
 
 # a libero test (its folder marks it): the simulator environment holds RLinf's dependencies
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "rlinf_api_driver.py"
 CONFIGS = REPO / "configs" / "rlinf" / "main"
-CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
-LIBERO_VENV = Path(os.environ.get("LIBERO_VENV", CACHE / "libero-venv"))
 LABELS = "negative,unclear,positive"  # the fake engine's answer_words: dark, middle, bright last frame
 POSITIVE, NEGATIVE, UNCLEAR = 1.0, -0.2, 0.0
 ENVS, STEPS, WINDOW = 4, 9, 5
-
-
-def _has_worker(tree: Path) -> bool:
-    return (tree / "rlinf" / "workers" / "reward" / "api_reward_worker.py").exists()
-
-
-@pytest.fixture(scope="module")
-def rlinf_main(tmp_path_factory) -> Path:
-    """An RLinf main checkout: RLINF_MAIN_DIR, else the one scripts/setup_rlinf_main.sh unpacks
-    into the cache, else the snapshot beside this checkout unpacked here."""
-    named = os.environ.get("RLINF_MAIN_DIR")
-    candidates = [Path(named)] if named else sorted(CACHE.glob("rlinf-main-*"), reverse=True)
-    for tree in candidates:
-        if _has_worker(tree):
-            return tree
-    tarballs = sorted((REPO.parent / "shared" / "rlinf_main").glob("rlinf-main-*.tar.xz"))
-    if not tarballs:
-        pytest.fail("no RLinf main checkout: run `bash scripts/setup_libero_env.sh` or set RLINF_MAIN_DIR")
-    dest = tmp_path_factory.mktemp("rlinf_main")
-    with tarfile.open(tarballs[-1]) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
 
 
 @pytest.fixture(scope="module")

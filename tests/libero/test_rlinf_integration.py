@@ -1,4 +1,5 @@
-"""RLinf v0.3 integration: the patch, the run configs, and the patched LiberoEnv end to end.
+"""RLinf v0.3 integration: the patched LiberoEnv end to end (the patch and the run configs:
+tests/fast/test_rlinf_patch.py).
 
 The LiberoEnv runs in the simulator's own Python environment (scripts/setup_libero_env.sh;
 it pins numpy<2) and talks to a real reward server (vllm engine, tiny checkpoint) over HTTP,

@@ -11,7 +11,6 @@ frames the env rendered. The fake engine answers the last frame's brightness as 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 from reward_tools.launch import free_port
-from tests.helpers.rlinf import LIBERO_VENV
+from tests.helpers.rlinf import simulator_env
 from tests.helpers.servers import InProcessServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,34 +29,10 @@ PICK_CUBE = "Pick up the red cube and place it on the green spot on the table."
 # --- the patched ManiskillEnv on the real simulator ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def maniskill_python() -> str:
-    python = LIBERO_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(
-            f"no simulator environment at {LIBERO_VENV}: run `bash scripts/setup_libero_env.sh` (it sets up "
-            "ManiSkill too), or deselect with -m 'not maniskill'"
-        )
-    check = subprocess.run([str(python), "-c", "import mani_skill"], capture_output=True, env=_driver_env())
-    if check.returncode != 0:
-        pytest.fail(f"ManiSkill missing in {LIBERO_VENV}: bash scripts/setup_maniskill_env.sh")
-    return str(python)
-
-
-def _driver_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
-    vulkan = LIBERO_VENV / "vulkan"
-    if (vulkan / "icd.json").exists():  # lavapipe (scripts/setup_maniskill_env.sh)
-        env["VK_ICD_FILENAMES"] = str(vulkan / "icd.json")
-        env["LD_LIBRARY_PATH"] = f"{vulkan / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
-    env["PYTHONPATH"] = str(REPO)
-    return env
-
-
 def _drive(python: str, trees: dict, out: Path, *flags: str) -> dict:
     cmd = [python, str(DRIVER), "--rlinf-dir", str(trees["patched"]), "--config-dir", str(trees["config"])]
     proc = subprocess.run(
-        [*cmd, "--out", str(out), *flags], capture_output=True, text=True, env=_driver_env(), timeout=600
+        [*cmd, "--out", str(out), *flags], capture_output=True, text=True, env=simulator_env(), timeout=600
     )
     (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]

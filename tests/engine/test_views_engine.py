@@ -7,13 +7,9 @@ each after its camera's name, and the model answers it.
 
 from __future__ import annotations
 
-import pytest
-
 from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
-from tests.conftest import episode_frames
-
-pytestmark = pytest.mark.engine
+from tests.helpers.episodes import episode_frames
 
 
 def test_two_views_are_two_named_clips_in_one_prompt(vllm_server):

@@ -3,7 +3,7 @@
 RLinf main is the snapshot of its main branch beside this repository (shared/rlinf_main/, unpacked
 fresh per test session: scripts/setup_rlinf_main.sh finds it the same way; RLINF_MAIN_TARBALL
 names another); RLinf v0.3 is the rlinf==0.3.0 wheel with v0.3's config groups
-(tests/test_rlinf_integration.py). Fast: Hydra composes the configs, no simulator runs.
+(tests/helpers/rlinf.py). Fast: Hydra composes the configs, no simulator runs.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_rlinf_integration import APPLY, SHARED_CONFIGS, _flatten, _unpack
+from tests.helpers.rlinf import APPLY, SHARED_CONFIGS, flatten, unpack
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MAIN_CONFIGS = REPO / "configs" / "rlinf" / "main"
 V03_CONFIGS = REPO / "configs" / "rlinf"
 
@@ -49,7 +49,7 @@ def _apply(*args: str) -> subprocess.CompletedProcess:
 def _tree(version: str, dest: Path) -> Path:
     if version == "main":
         return unpack_main(dest)
-    tree = _unpack(dest)
+    tree = unpack(dest)
     shutil.copytree(SHARED_CONFIGS, tree / "examples" / "embodiment" / "config")
     return tree
 
@@ -235,7 +235,7 @@ def test_every_run_config_has_a_main_and_a_v03_twin():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_main_run_configs_compose_on_main_and_differ_only_in_reward(main_tree, family):
-    flat = {run: _flatten(compose(main_tree, f"{family}_{run}")) for run in RUNS}
+    flat = {run: flatten(compose(main_tree, f"{family}_{run}")) for run in RUNS}
     for run in RUNS[1:]:
         differing = {k for k in flat["runA"].keys() | flat[run].keys() if flat["runA"].get(k) != flat[run].get(k)}
         assert differing <= RUN_KEYS, differing
@@ -249,7 +249,7 @@ def test_main_run_configs_compose_on_main_and_differ_only_in_reward(main_tree, f
     base_name, extra = FAMILIES[family]
     if extra is None:
         return
-    base = _flatten(compose(main_tree, base_name))
+    base = flatten(compose(main_tree, base_name))
     b = flat["runB_qwen"]
     differing = {k for k in base.keys() | b.keys() if base.get(k) != b.get(k) and not k.startswith(REWARD_MODEL)}
     placement = {k for k in differing if k.startswith("cluster.component_placement")}
@@ -271,7 +271,7 @@ def test_main_run_configs_compose_on_main_and_differ_only_in_reward(main_tree, f
 
 def test_the_dense_ppo_config_composes_on_main_as_on_v03(main_tree, v03_tree):
     name = "libero_10_ppo_openvlaoft_runD_dense"
-    main, v03 = (_flatten(compose(tree, name)) for tree in (main_tree, v03_tree))
+    main, v03 = (flatten(compose(tree, name)) for tree in (main_tree, v03_tree))
     assert main["algorithm.adv_type"] == "gae" and main["env.train.reward_model.progress_points"] == 8
     assert {k for k in main.keys() | v03.keys() if main.get(k) != v03.get(k)} <= _group_drift(main_tree, v03_tree)
 
@@ -279,7 +279,7 @@ def test_the_dense_ppo_config_composes_on_main_as_on_v03(main_tree, v03_tree):
 def _group_drift(main_tree: Path, v03_tree: Path) -> set[str]:
     """Keys where RLinf main's own libero_10_grpo_openvlaoft differs from v0.3's (its config groups
     moved on); the project's runs may differ between versions there and nowhere else."""
-    main, v03 = (_flatten(compose(tree, "libero_10_grpo_openvlaoft")) for tree in (main_tree, v03_tree))
+    main, v03 = (flatten(compose(tree, "libero_10_grpo_openvlaoft")) for tree in (main_tree, v03_tree))
     return {k for k in main.keys() | v03.keys() if main.get(k) != v03.get(k)}
 
 

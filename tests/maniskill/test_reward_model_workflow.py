@@ -27,11 +27,10 @@ import pytest
 import torch
 
 from reward_tools import label_episodes
-from tests.servers import InProcessServer
-from tests.test_rlinf_api_worker import rlinf_main  # noqa: F401  (RLinf main checkout, one owner)
-from tests.test_rlinf_maniskill import _driver_env, maniskill_python  # noqa: F401
+from tests.helpers.rlinf import simulator_env
+from tests.helpers.servers import InProcessServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "reward_model_driver.py"
 PICK_CUBE = "Pick up the red cube and place it on the green spot on the table."
 EPISODES = 4
@@ -40,14 +39,14 @@ MAX_STEPS = 10
 
 def _drive(python: str, rlinf_dir: Path, command: str, out: Path, *flags: str) -> dict:
     cmd = [python, str(DRIVER), command, "--rlinf-dir", str(rlinf_dir), "--out", str(out), *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_driver_env(), timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=simulator_env(), timeout=900)
     (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
-def collected(maniskill_python, rlinf_main, tmp_path_factory) -> tuple[Path, dict]:  # noqa: F811
+def collected(maniskill_python, rlinf_main, tmp_path_factory) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("reward_model")
     save = work / "collected"
     result = _drive(
@@ -57,9 +56,8 @@ def collected(maniskill_python, rlinf_main, tmp_path_factory) -> tuple[Path, dic
     return save, result
 
 
-@pytest.mark.maniskill
 def test_judge_labels_rlinf_mains_collected_episodes_and_rlinfs_classifier_trains_on_them(
-    collected, maniskill_python, rlinf_main, tmp_path  # noqa: F811
+    collected, maniskill_python, rlinf_main, tmp_path
 ):
     save, result = collected
     # RLinf's wrapper wrote one pickle per episode, named by the simulator's verdict

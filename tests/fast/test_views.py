@@ -23,8 +23,8 @@ from reward_client.frames import QWEN2_5_VL
 from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
 from reward_client.rlinf_config import RewardModelConfig
 from reward_client.rlinf_hook import VLMRewardHook
-from tests.servers import InProcessServer
-from tests.test_env_adapters import StandInManiskill, env_cfg
+from tests.helpers.envs import StandInManiskill, env_cfg
+from tests.helpers.servers import InProcessServer
 
 N, STEPS = 2, 5
 TASKS = ["put the bowl on the plate", "open the drawer"]
