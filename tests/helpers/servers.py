@@ -176,12 +176,16 @@ def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_d
     return server
 
 
-def requests_served(server, route: str) -> float:
-    """Requests a server answered 200 on `route`, from its /metrics."""
-    text = httpx.get(f"{server.url}/metrics").text
+def requests_counted(metrics_text: str, route: str) -> float:
+    """Requests answered 200 on `route`, from a server's /metrics text."""
     pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
-    match = re.search(pattern, text, re.M)
+    match = re.search(pattern, metrics_text, re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def requests_served(server, route: str) -> float:
+    """Requests a running server answered 200 on `route`."""
+    return requests_counted(httpx.get(f"{server.url}/metrics").text, route)
 
 
 def post_path(server, path, timeout: float = 30.0) -> httpx.Response:

@@ -5,7 +5,6 @@ processes and ports they leave (none), the plots they draw."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -41,12 +40,6 @@ def values(series: dict[str, dict[int, float]], tag: str) -> np.ndarray:
     points = series[tag]
     assert sorted(points) == list(range(TRAIN_STEPS)), points
     return np.array([points[step] for step in range(TRAIN_STEPS)])
-
-
-def server_count(metrics_text: str, route: str) -> float:
-    pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
-    match = re.search(pattern, metrics_text, re.M)
-    return float(match.group(1)) if match else 0.0
 
 
 def processes_mentioning(marker: str) -> list[int]:

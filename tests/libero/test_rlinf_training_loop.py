@@ -19,6 +19,7 @@ import pytest
 
 from reward_tools.launch import free_port
 from tests.helpers.rlinf import LIBERO_VENV
+from tests.helpers.servers import requests_counted
 from tests.helpers.tiny_runs import (
     EPISODE_STEPS,
     FILTER_BOUNDS,
@@ -29,7 +30,6 @@ from tests.helpers.tiny_runs import (
     processes_mentioning,
     run_tiny,
     scalars,
-    server_count,
     values,
 )
 
@@ -71,8 +71,8 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
         assert np.all(values(s, "rollout/advantages_max") > 0)
         # both envs end in the same step of each rollout: one batch request per step, no single ones
         served = (out / f"run{run}" / "server_metrics.txt").read_text()
-        assert server_count(served, "/score/batch") == TRAIN_STEPS
-        assert server_count(served, "/score") == 0
+        assert requests_counted(served, "/score/batch") == TRAIN_STEPS
+        assert requests_counted(served, "/score") == 0
 
     # Run D: PPO on the judge's 8-point progress curves, judged asynchronously (the run config):
     # the env worker patch placed the terminal reward at the done step and moved each point's gain
@@ -87,7 +87,7 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     assert np.all(values(d, "env/vlm_moved_reward") > 0)  # placed before the done step
     assert np.all(np.isfinite(values(d, "rollout/advantages_max")))
     served = (out / "runD" / "server_metrics.txt").read_text()
-    assert server_count(served, "/score/batch") == TRAIN_STEPS
+    assert requests_counted(served, "/score/batch") == TRAIN_STEPS
     points = re.search(r"^reward_curve_points_total (\S+)$", served, re.M)
     assert points and float(points.group(1)) == TRAIN_STEPS * 2 * 8  # 2 envs a step, 8 points each
 

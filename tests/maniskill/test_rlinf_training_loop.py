@@ -13,13 +13,13 @@ import pytest
 
 from reward_tools.launch import free_port
 from tests.helpers.rlinf import LIBERO_VENV
+from tests.helpers.servers import requests_counted
 from tests.helpers.tiny_runs import (
     TRAIN_STEPS,
     port_open,
     processes_mentioning,
     run_tiny,
     scalars,
-    server_count,
     values,
 )
 
@@ -60,8 +60,8 @@ def test_tiny_maniskill_runs_native_and_judged_through_rlinfs_entry_point(tmp_pa
     assert np.all(np.isfinite(values(b, "rollout/rewards")))
     assert "env/vlm_audit/episodes" in b  # audited against ManiSkill's success flag
     served = (out / "runB" / "server_metrics.txt").read_text()
-    assert server_count(served, "/score/batch") == TRAIN_STEPS  # one batch request per step that ended episodes
-    assert server_count(served, "/score") == 0
+    assert requests_counted(served, "/score/batch") == TRAIN_STEPS  # one batch request per step that ended episodes
+    assert requests_counted(served, "/score") == 0
 
     png = out / "compare.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
