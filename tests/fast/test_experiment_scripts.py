@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.rlinf import stand_in_tree, unpack
+from tests.helpers.rlinf import STAND_IN_ENTRY_POINT, stand_in_tree, unpack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,18 +33,6 @@ def test_unpatched_checkout_is_refused(tmp_path):
     assert result.returncode == 1 and "is not patched" in result.stderr
 
 
-STAND_IN_ENTRY_POINT = textwrap.dedent(
-    """\
-    # stand-in for train_embodied_agent.py: records how it was started, leaves a child behind
-    import json, os, subprocess, sys
-    args = sys.argv[1:]
-    log_path = next(a.split("=", 1)[1] for a in args if a.startswith("runner.logger.log_path="))
-    child = subprocess.Popen(["sleep", "300"])  # like a Ray process the driver did not stop
-    env = {k: os.environ.get(k) for k in ("EMBODIED_PATH", "PYTHONPATH", "ROBOT_PLATFORM", "MUJOCO_GL")}
-    with open(os.path.join(log_path, "started.json"), "w") as f:
-        json.dump({"args": args, "env": env, "cwd": os.getcwd(), "child": child.pid}, f)
-    """
-)
 
 
 def test_overrides_start_the_entry_point_as_run_embodiment_does(rlinf_tree, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.rlinf import APPLY, SHARED_CONFIGS, flatten, unpack
+from tests.helpers.rlinf import APPLY, SHARED_CONFIGS, STAND_IN_ENTRY_POINT, flatten, unpack
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_CONFIGS = REPO / "configs" / "rlinf" / "main"
@@ -319,8 +319,6 @@ def test_run_configs_fit_rlinfs_process_arithmetic(version, main_tree, v03_tree)
     ],
 )
 def test_run_experiments_starts_main_s_run_configs(env_args, config, tmp_path):
-    from tests.test_experiment_scripts import STAND_IN_ENTRY_POINT
-
     tree = unpack_main(tmp_path / "rlinf")
     assert _apply(str(tree)).returncode == 0
     (tree / "examples" / "embodiment" / "train_embodied_agent.py").write_text(STAND_IN_ENTRY_POINT)

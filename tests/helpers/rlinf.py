@@ -159,3 +159,17 @@ def rlinf_main_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with tarfile.open(tarballs[-1]) as tar:
         tar.extractall(dest, filter="data")
     return dest
+
+
+STAND_IN_ENTRY_POINT = textwrap.dedent(
+    """\
+    # stand-in for train_embodied_agent.py: records how it was started, leaves a child behind
+    import json, os, subprocess, sys
+    args = sys.argv[1:]
+    log_path = next(a.split("=", 1)[1] for a in args if a.startswith("runner.logger.log_path="))
+    child = subprocess.Popen(["sleep", "300"])  # like a Ray process the driver did not stop
+    env = {k: os.environ.get(k) for k in ("EMBODIED_PATH", "PYTHONPATH", "ROBOT_PLATFORM", "MUJOCO_GL")}
+    with open(os.path.join(log_path, "started.json"), "w") as f:
+        json.dump({"args": args, "env": env, "cwd": os.getcwd(), "child": child.pid}, f)
+    """
+)
