@@ -1,7 +1,7 @@
 """Lifecycle and faults with the real engines (vLLM, transformers) on the tiny checkpoint, each
 server a child process: SIGTERM drains and exits, a dead engine is reported and ends the
 process, the client rides out a restart, and work nobody waits for stops inside the engine.
-(Admission, bad input and error mapping are covered on the fast tier: test_server_fast.py,
+(Admission, bad input and error mapping are covered on the fast tier: tests/fast/test_server.py,
 test_bad_input.py, test_hostile_input.py.)"""
 
 from __future__ import annotations

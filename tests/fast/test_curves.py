@@ -1,7 +1,7 @@
 """Progress curves (`progress_points`) on the fake engine: the contract, the prefix layout the
 profiles build, bounds and their 422s on every route (JSON, batch, raw batch), parse failures
 per point, and a bounded fuzz of curve requests that must never get a 5xx. The same curves on
-vLLM (with its prefix cache) and transformers: tests/test_curves_engines.py."""
+vLLM (with its prefix cache) and transformers: tests/engine/test_curves.py."""
 
 from __future__ import annotations
 

