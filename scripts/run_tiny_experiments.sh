@@ -104,7 +104,7 @@ MANISKILL_CPU=(
 # RLinf's default patch syncer needs CUDA; the bucket syncer also runs on CPU.
 CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
 
-env_name=libero; rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; port=""
+env_name=libero; suite=(); rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; port=""
 examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -119,7 +119,7 @@ while [ $# -gt 0 ]; do
 done
 case "$env_name" in
   libero) sim=libero; overrides=("${TINY[@]}" "${TINY_D[@]}"); runs=${runs:-A,B,C,D} ;;
-  starvla) sim=libero; overrides=("${TINY_STARVLA[@]}"); runs=${runs:-A,B,C} ;;
+  starvla) sim=libero; overrides=("${TINY_STARVLA[@]}"); runs=${runs:-A,B,C}; suite=(--suite libero_10) ;;
   maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}"); runs=${runs:-A,B,C} ;;
   *) die "unknown env '$env_name' (libero, starvla or maniskill)" ;;
 esac
@@ -190,7 +190,7 @@ status=0
 RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
   LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
   REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml --backend qwen2_5_vl_vllm" \
-  bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
+  bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" "${suite[@]}" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
   --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
 
 compare=()
