@@ -3,7 +3,6 @@ Python environment (run by tests/test_reward_model_workflow.py; prints nothing, 
 
     python tests/reward_model_driver.py collect --rlinf-dir DIR --save-dir DIR --out FILE
     python tests/reward_model_driver.py compare --rlinf-dir DIR --episodes DIR --out FILE
-    python tests/reward_model_driver.py train --rlinf-dir DIR --data DIR --episodes DIR --out FILE
 
 collect: RLinf main's own ManiskillEnv (PickCube-v1, CPU physics, SAPIEN on lavapipe, config
 `maniskill_ppo_mlp_resnet_reward` from its examples) wrapped in its own `CollectEpisode`, exactly
@@ -12,20 +11,14 @@ with auto reset; odd episodes succeed (the goal site is moved onto the resting c
 run into the time limit with the goal out of reach. The wrapper writes the pickles.
 compare: RLinf's own examples/reward/preprocess_reward_dataset.py and reward_tools' reader and
 writer on the same pickles with the simulator's labels: the datasets must be identical.
-train: RLinf main's `RewardBinaryDataset` reads the tool's train.pt / val.pt; its
-`ResNetRewardModel` (ResNet18 + MLP head, BCE) trains a few optimizer steps on CPU, is saved as a
-state dict and loaded back the way `reward.model.model_path` loads it; its `compute_reward` then
-scores every collected frame (the per-frame reward PPO would get).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import logging
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -123,98 +116,22 @@ def compare(args) -> dict:
     return results
 
 
-def train(args) -> dict:
-    import torch
-    from omegaconf import OmegaConf
-    from rlinf.data.datasets.reward_model import RewardBinaryDataset
-    from rlinf.models.embodiment.reward import get_reward_model_class
-
-    torch.manual_seed(0)
-    data = Path(args.data)
-    train_set = RewardBinaryDataset(str(data / "train.pt"))
-    val_set = RewardBinaryDataset(str(data / "val.pt"))
-    model_cfg = OmegaConf.create(
-        {
-            "model_type": "resnet",
-            "model_path": None,
-            "arch": "resnet18",
-            "pretrained": False,  # no download here; RLinf's PPO config says the same
-            "hidden_dim": 256,
-            "dropout": 0.0,
-            "image_size": [3, args.size, args.size],
-            "normalize": True,
-            "precision": "fp32",
-        }
-    )
-    model = get_reward_model_class("resnet")(model_cfg)
-    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch, shuffle=True)
-    losses, steps, started = [], 0, time.perf_counter()
-    model.train()
-    while steps < args.steps:
-        for images, labels in loader:
-            out = model(images, labels)
-            optim.zero_grad()
-            out["loss"].backward()
-            optim.step()
-            losses.append(out["loss"].item())
-            steps += 1
-            if steps >= args.steps:
-                break
-    train_s = time.perf_counter() - started
-    checkpoint = data / "reward_model.pt"
-    torch.save(model.state_dict(), checkpoint)
-
-    # loaded as PPO's reward worker loads reward.model.model_path (strict), then scored per frame
-    loaded = get_reward_model_class("resnet")(OmegaConf.merge(model_cfg, {"model_path": str(checkpoint)}))
-    loaded.eval()
-    rewards = {"success": [], "fail": []}
-    per_frame_s = []
-    for path in sorted(glob.glob(os.path.join(args.episodes, "*.pkl"))):
-        with open(path, "rb") as f:
-            episode = pickle.load(f)
-        images = torch.stack([torch.as_tensor(o["main_images"]) for o in episode["observations"]])
-        t0 = time.perf_counter()
-        r = loaded.compute_reward({"main_images": images})
-        per_frame_s.append((time.perf_counter() - t0) / len(images))
-        rewards["success" if episode["success"] else "fail"].append(r.tolist())
-    val_acc = None
-    if len(val_set):
-        with torch.no_grad():
-            images = torch.stack([val_set[i][0] for i in range(len(val_set))])
-            labels = torch.stack([val_set[i][1] for i in range(len(val_set))])
-            val_acc = float(loaded(images, labels)["accuracy"])
-    return {
-        "train_samples": len(train_set),
-        "val_samples": len(val_set),
-        "losses": losses,
-        "train_s": train_s,
-        "checkpoint": str(checkpoint),
-        "val_accuracy": val_acc,
-        "rewards": rewards,
-        "per_frame_s": float(np.median(per_frame_s)),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["collect", "compare", "train"])
+    parser.add_argument("command", choices=["collect", "compare"])
     parser.add_argument("--rlinf-dir", required=True, help="RLinf main source tree (shadows the installed rlinf)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--save-dir", help="collect: where CollectEpisode writes")
-    parser.add_argument("--episodes", help="compare/train: the collected pickles")
-    parser.add_argument("--data", help="train: the tool's train.pt / val.pt directory")
+    parser.add_argument("--episodes", help="compare: the collected pickles")
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--goal-step", type=int, default=4)
     parser.add_argument("--episodes-count", dest="episodes_n", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=4, help="train: optimizer steps")
-    parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
     sys.path.insert(0, args.rlinf_dir)
     sys.path.insert(1, str(REPO))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    result = {"collect": collect, "compare": compare, "train": train}[args.command](args)
+    result = {"collect": collect, "compare": compare}[args.command](args)
     with open(args.out, "w") as f:
         json.dump(result, f)
 

@@ -34,24 +34,23 @@ DARK, BRIGHT = 20, 240
 TASKS = ("pick up the red cube", "open the drawer")
 
 
-def rlinf_episode(steps: int, success_at: int | None, task: str, size: int = 32) -> dict:
+def rlinf_episode(steps: int, success_at: int | None, task: str, size: int = 32, numpy: bool = False) -> dict:
     """One episode as CollectEpisode pickles it: observations[0] is the reset observation (its
-    info {}), frame s comes after action s; frames are bright from success_at on."""
+    info {}), frame s comes after action s; frames are bright from success_at on. ManiSkill's
+    frames are torch tensors, LIBERO's numpy arrays (`numpy`)."""
     observations, infos = [], []
     for s in range(steps + 1):
         bright = success_at is not None and s >= success_at
         image = torch.full((size, size, 3), BRIGHT if bright else DARK, dtype=torch.uint8)
         image[0, 0, 0] = s  # every frame distinct, so a test can tell which one the dataset took
-        observations.append({"main_images": image, "states": torch.zeros(9), "task_descriptions": task})
+        image = image.numpy() if numpy else image
+        state = np.zeros(9, np.float32) if numpy else torch.zeros(9)
+        observations.append({"main_images": image, "states": state, "task_descriptions": task})
         if s == 0:
             infos.append({})
         else:
-            infos.append(
-                {
-                    "success": torch.tensor(bright),
-                    "episode": {"success_once": torch.tensor(success_at is not None and s >= success_at)},
-                }
-            )
+            flag = np.bool_ if numpy else torch.tensor
+            infos.append({"success": flag(bright), "episode": {"success_once": flag(bright)}})
     return {
         "rank": 0,
         "env_idx": 0,
@@ -59,22 +58,22 @@ def rlinf_episode(steps: int, success_at: int | None, task: str, size: int = 32)
         "step": steps,
         "success": success_at is not None,
         "observations": observations,
-        "actions": [torch.zeros(7) for _ in range(steps)],
-        "rewards": [0.0] + [torch.tensor(0.0) for _ in range(steps)],
-        "terminated": [False] + [torch.tensor(s == steps) for s in range(1, steps + 1)],
+        "actions": [np.zeros(7, np.float32) if numpy else torch.zeros(7) for _ in range(steps)],
+        "rewards": [0.0] * (steps + 1),
+        "terminated": [False] + [s == steps for s in range(1, steps + 1)],
         "truncated": [False] * (steps + 1),
         "infos": infos,
     }
 
 
-def write_rlinf_episodes(root: Path, plan: list[tuple[int, int | None, str]]) -> list[Path]:
+def write_rlinf_episodes(root: Path, plan: list[tuple[int, int | None, str]], numpy: bool = False) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, (steps, success_at, task) in enumerate(plan):
         label = "success" if success_at is not None else "fail"
         path = root / f"rank_0_env_{i}_episode_0_step_{steps}_{label}.pkl"
         with open(path, "wb") as f:
-            pickle.dump(rlinf_episode(steps, success_at, task), f)
+            pickle.dump(rlinf_episode(steps, success_at, task, numpy=numpy), f)
         paths.append(path)
     return paths
 
@@ -258,7 +257,8 @@ def test_a_resumed_run_judges_only_what_the_journal_lacks(server, tmp_path):
 def test_ctrl_c_keeps_every_judged_batch(tmp_path):
     """A real process interrupted mid-run (SIGINT) resumes with the batches it had finished."""
     episodes = tmp_path / "collected"
-    write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(8)])
+    # numpy frames (LIBERO's): the child never imports torch, so it starts in a second or two
+    write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(8)], numpy=True)
     out = tmp_path / "out"
     with InProcessServer(engine_option=["delay_ms=400"]) as s:  # one batch of 2 takes ~0.4 s
         cmd = [sys.executable, "-m", "reward_tools.label_episodes", "--url", s.url, "--episodes", str(episodes)]
