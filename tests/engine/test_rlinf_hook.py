@@ -110,9 +110,11 @@ def test_canaries_ride_in_the_same_batch_and_never_touch_rewards(hf_server):
     assert "vlm_canary/static" not in plain.episode_info()
 
 
-def test_probes_that_get_a_batch_refused_never_fail_training(tiny_checkpoint, video_dir, tmp_path):
+def test_probes_beyond_the_body_limit_are_split_to_fit_and_never_fail_training(tiny_checkpoint, video_dir, tmp_path):
     server = start_server(["--engine", "hf", "--max-body-mb", "1"], tiny_checkpoint, video_dir, tmp_path)
-    try:  # 4 episodes of 9 frames fit in 1 MB; with 12 probes beside them they do not (413)
+    try:  # 4 episodes of 9 frames fit in 1 MB; with 12 probes beside them they do not: the client
+        # reads the limit from /health and sends the batch in parts that fit (it was a 413 whose
+        # probes all counted as canary failures)
         h = hook(server, canary_fraction=1.0, canary_tasks=["open the top drawer"])
         rewards = rollout(h, term_at={}, trunc_at=8, steps=8)
     finally:
@@ -120,5 +122,5 @@ def test_probes_that_get_a_batch_refused_never_fail_training(tiny_checkpoint, vi
     scores = h.episode_info()["vlm_score"]
     assert rewards[:, -1] == pytest.approx(COEF * scores) and np.all(scores > 0)
     assert h.counts["scored"] == N and h.counts["fallbacks"] == 0 and h.counts["request_errors"] == 0
-    assert h.counts["canaries"] == 3 * N and h.counts["canary_failures"] == 3 * N
-    assert h.episode_info()["vlm_canary/failed"][0] == 3 * N
+    assert h.counts["canaries"] == 3 * N and h.counts["canary_failures"] == 0
+    assert h.episode_info()["vlm_canary/failed"][0] == 0
