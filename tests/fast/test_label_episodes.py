@@ -3,7 +3,7 @@ datasets and the agreement report.
 
 The episodes are pickles in the exact layout RLinf main's CollectEpisode writes (per-step obs
 dicts with torch `main_images`, a leading reset entry, infos with `success` and
-`episode.success_once`, torch flags; tests/test_label_episodes_rlinf.py has them written by the
+`episode.success_once`, torch flags; tests/maniskill/test_reward_model_workflow.py has them written by the
 wrapper itself in the simulator's environment), and the earlier form's `.npy` trajectories. The
 fake engine scores a frame by its brightness, so an episode whose frames turn bright at the step
 the simulator calls success gets a progress curve that rises there.
