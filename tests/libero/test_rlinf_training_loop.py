@@ -106,3 +106,50 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     # matplotlib C0, C1, C2, C3: A, B, C, D
     for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)):
         assert color_pixels(png, color) > 100, color
+
+
+STARVLA_COEF = 1.0  # env.train.reward_coef in the StarVLA run configs (StarVLA's own: algorithm.reward_coef)
+
+
+@pytest.mark.timeout(900)
+def test_tiny_starvla_runs_a_b_through_rlinf_mains_entry_point(tmp_path):
+    """RLinf main's own train_embodied_agent.py with the StarVLA run configs on LIBERO-10, runs A
+    and B: main's LiberoEnv, env worker (patched by rlinf_patches/main/) and GRPO, StarVLA's
+    8-action chunks and chunk-level rewards. StarVLA's 3B QwenOFT cannot run on this CPU: RLinf's
+    mlp_policy stands in for it with StarVLA's chunking (the script's TINY_STARVLA); LIBERO-10
+    task 8, because only LIBERO-10's assets are on these machines."""
+    if not (LIBERO_VENV / "bin" / "python").exists():
+        pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
+    out = tmp_path / "tiny"
+    port = free_port()
+    args = ["--rlinf", "main", "--env", "starvla", "--runs", "A,B", "--out", str(out), "--port", str(port)]
+    log = run_tiny(args, tmp_path, timeout=840)
+    assert "rlinf: main" in log
+    assert not processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
+    assert not port_open(port), "the reward server outlived the script"
+    runs = {run: scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "AB"}
+    for run, config in (("A", "runA"), ("B", "runB_qwen")):  # RLinf main's own StarVLA config, made tiny
+        assert f"libero_10_grpo_starvla_{config}" in (out / f"run{run}" / "log_path").read_text()
+
+    # Run A: LIBERO's own reward; a random policy fails, StarVLA's config keeps every group (no filter)
+    a = runs["A"]
+    assert not [tag for tag in a if tag.startswith("env/vlm_")]
+    assert np.allclose(values(a, "env/return"), STARVLA_COEF * values(a, "env/success_once"))
+    assert np.all(values(a, "rollout/rewards") == 0)
+
+    # Run B: the judge's score, once, at the episode's end (truncation at step 16, chunk step 2)
+    b = runs["B"]
+    scores = values(b, "env/vlm_score")
+    assert np.all((scores > 0) & (scores < 1)), scores
+    assert np.all(values(b, "env/vlm_fallback") == 0)
+    assert np.all(values(b, "env/vlm_latency_ms") > 0)
+    assert np.all(values(b, "env/success_once") == 0)
+    assert np.allclose(values(b, "env/return"), STARVLA_COEF * scores, rtol=1e-4)
+    # what the actor trained on: rollout/rewards is the mean over the rollout's step rewards (2 chunk
+    # steps x 8 actions per env), the bonus once per episode, in its last chunk: x 16 = the score
+    trained = values(b, "rollout/rewards")
+    assert np.allclose(trained * EPISODE_STEPS, STARVLA_COEF * scores, rtol=1e-4), (trained, scores)
+    assert np.all(values(b, "rollout/advantages_max") > 0)  # the group's two scores differ
+    served = (out / "runB" / "server_metrics.txt").read_text()
+    assert requests_counted(served, "/score/batch") == TRAIN_STEPS  # both envs end together: one batch a step
+    assert requests_counted(served, "/score") == 0
