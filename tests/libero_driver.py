@@ -32,6 +32,11 @@ import time
 
 import numpy as np
 
+# Run as a script, this file's folder (tests/) is first on sys.path, where tests/libero/ (the LIBERO
+# test tier's package) would shadow the simulator's own `libero` package: drop that folder.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _HERE]
+
 
 def compose_env_config(config_dir: str, run: str, overrides: list[str]):
     from hydra import compose, initialize_config_dir
