@@ -9,7 +9,9 @@
 #            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
 #            1.2x of gen1 + 256 decode steps).
 # primo_raw: the same prompts on the bare engine (LLM.generate), gen1 and gen256.
-# k1:        the Qwen profile, logprob (the hook path K = 1), median of REPEATS (5).
+# k1:        the Qwen profile, logprob (the hook path K = 1), median of REPEATS (5). SPY=1: py-spy
+#            samples the server and its engine core while the bench runs (k1_spy.txt, collapsed
+#            stacks per thread), to see what holds the interpreter.
 # curves:    progress curves K = 1, 8, 16 (reward_tools.bench_curves, CURVE_REPEATS, default 4),
 #            every repeat's phases (why repeats differ).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
@@ -19,7 +21,7 @@
 #            row also answers the same N episodes with exactly K greedy tokens, compared with the
 #            first row's answers (reward_tools.fidelity: how many texts are the same).
 set -euo pipefail
-export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 RES=${RES:-/tmp/res}
 mkdir -p "$OUT" "$RES"
@@ -48,12 +50,20 @@ serve_bench() {  # name, server flags, bench arguments...: one server, one bench
   python3 -m reward_server $COMMON $flags --engine-option step_log="$steps" --port 18080 >"$RES/$name.server.log" 2>&1 &
   pid=$!
   if ! wait_server $url $pid 900; then tail -20 "$RES/$name.server.log"; return 0; fi
+  local spy=""
+  if [ -n "${SPY:-}" ]; then  # sampled from now until the bench ends (warm-up batch included)
+    py-spy record --pid $pid --subprocesses --threads --rate 250 --format raw --nonblocking \
+      -o "$RES/${name}_spy.txt" >"$RES/${name}_spy.log" 2>&1 &
+    spy=$!
+    sleep 2
+  fi
   python3 -m reward_tools.bench --url $url --paths hook_raw --n "$N" "$@" --out "$RES/$name.json" \
     >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
   if [ -n "${FIDELITY_GEN:-}" ]; then  # the same episodes' answers (exact K greedy tokens), for a side-by-side
     python3 -m reward_tools.fidelity scores --url $url --n "$N" --gen-tokens "$FIDELITY_GEN" \
       --out "$RES/${name}_answers.json" >/dev/null 2>>"$RES/$name.log" || echo "$name: no answers"
   fi
+  if [ -n "$spy" ]; then kill -INT $spy 2>/dev/null || true; wait $spy 2>/dev/null || true; fi
   kill -TERM $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   [ -f "$RES/$name.json" ] || { tail -20 "$RES/$name.log"; return 0; }
