@@ -86,12 +86,19 @@ def build_engine(settings: ServerSettings) -> Engine:
     return load_engine(settings.engine, engine_config(settings))
 
 
-def build_service(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):
-    """The scoring service these settings describe (engine not yet started)."""
+def build_service(
+    settings: ServerSettings, on_failure: Callable[[str], None] | None = None, owns_process: bool = False
+):
+    """The scoring service these settings describe (engine not yet started). `owns_process`: the
+    service is the process's one tenant (the CLI, a Ray Serve replica), so it may freeze the
+    interpreter's start-up heap once warm (memory_release.freeze_startup_heap); a service embedded
+    beside other code (tests, notebooks) leaves the collector alone."""
     from reward_server.core.service import RewardService
 
     settings = resolve(settings)
-    return RewardService(settings, build_engine(settings), build_profile(settings), on_failure=on_failure)
+    return RewardService(
+        settings, build_engine(settings), build_profile(settings), on_failure=on_failure, freeze_heap=owns_process
+    )
 
 
 def build_app_from_settings(settings: ServerSettings, on_failure: Callable[[str], None] | None = None):

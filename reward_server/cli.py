@@ -122,7 +122,7 @@ def serve(settings: ServerSettings) -> int:
         if server is not None:
             server.should_exit = True  # a supervisor restarts a process that exits non-zero
 
-    service = build_service(settings, on_failure)
+    service = build_service(settings, on_failure, owns_process=True)
     server = DrainingServer(server_config(build_app(service), settings), service, settings.shutdown_timeout_s)
     server.run()
     return exit_code

@@ -77,7 +77,7 @@ def _replica_class():
 
             settings = ServerSettings.model_validate_json(settings_json)
             logging.basicConfig(level=settings.log_level.upper())
-            self.service = build_service(settings)
+            self.service = build_service(settings, owns_process=True)
             name = f"{serve.get_replica_context().replica_tag}@{ray.get_runtime_context().get_node_id()}"
             self._asgi_app = ReplicaHeader(build_app(self.service), name)
 

@@ -281,8 +281,9 @@ def build_app(service: RewardService) -> FastAPI:
     @app.get("/stats")
     async def stats() -> dict:
         """Engine counters (requests, running, aborted, unusable outputs, batches) of real requests,
-        memory the engine holds on purpose (vLLM's processor cache: mm_cache_*), and the start-up
-        warm-up (`warmup`: episodes, shapes, seconds; null when off); for tests and debugging."""
+        memory the engine holds on purpose (vLLM's processor cache: mm_cache_*), the reclaimer's
+        pauses of the event loop (reclaim_*) and the frozen start-up heap (heap_frozen_objects),
+        and the start-up warm-up (`warmup`: episodes, shapes, seconds; null when off)."""
         return {
             **service.engine.stats.as_dict(),
             "warmup": service.warmup.as_dict() if service.warmup else None,
@@ -291,6 +292,8 @@ def build_app(service: RewardService) -> FastAPI:
             "bytes_in_progress": service.admission.bytes,
             "decode_workers_replaced": service.pool.replaced,
             **service.decoded.as_dict(),
+            **(service.reclaimer.as_dict() if service.reclaimer else {}),
+            "heap_frozen_objects": service.heap_frozen,
             **service.engine.memory_held(),
         }
 

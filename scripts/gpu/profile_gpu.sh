@@ -94,7 +94,7 @@ case "${1:?primo, primo_raw, k1, curves or ab}" in
     steps="$RES/curves_steps.jsonl"
     rm -f "$steps"
     # shellcheck disable=SC2086  # flag lists
-    python3 -m reward_tools.bench_curves --launch "$COMMON --warmup-batch $N --engine-option step_log=$steps" \
+    python3 -m reward_tools.bench_curves --launch "$COMMON ${CURVE_FLAGS:-} --warmup-batch $N --engine-option step_log=$steps" \
       --n "$N" --points 1 8 16 --repeats "${CURVE_REPEATS:-4}" --no-plain --no-voc \
       --out "$RES/curves.json" >/dev/null 2>"$RES/curves.log" || echo "curves: errors (see curves.log)"
     python3 -m reward_tools.curves_table "$RES/curves.json" | tee "$RES/curves_table.md"
