@@ -58,6 +58,8 @@ from reward_server.engines.vllm_encoder_batching import FQCN as BATCHING_FQCN
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm_options import check_supported
+from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
+from reward_server.engines.vllm_pixel_dtype import cast_pixels
 
 logger = logging.getLogger(__name__)
 
@@ -301,6 +303,7 @@ class VllmEngine(Engine):
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
         self._logprob_kinds = _LogprobKinds()
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
+        self._pixel_dtype: Any = None  # cast pixels to it before they leave (vllm_pixel_dtype), once started
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -343,7 +346,7 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, *CURVE_OPTIONS}
+        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, PIXEL_DTYPE, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
@@ -369,6 +372,19 @@ class VllmEngine(Engine):
         """Whether start() switches the encoder batching on (ours is vLLM's worker extension)."""
         return self.encoder_batching() and "worker_extension_cls" not in self.config.options
 
+    def pixel_dtype(self, model_dtype: Any) -> Any:
+        """The dtype pixels are cast to before they go to the engine core (vllm_pixel_dtype), or None:
+        the model's, when it is 16-bit and on a GPU by default; `--engine-option
+        pixels_in_model_dtype=true|false` decides."""
+        import torch
+
+        if PIXEL_DTYPE in self.config.options:
+            wanted = bool(option_value(self.config.options[PIXEL_DTYPE]))
+        else:
+            wanted = torch.cuda.is_available()
+        sixteen_bit = model_dtype in (torch.bfloat16, torch.float16)
+        return model_dtype if wanted and sixteen_bit else None
+
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
@@ -391,6 +407,9 @@ class VllmEngine(Engine):
             args,
             stat_loggers=[_running_tracker(self.stats, self.config.options.get(STEP_LOG))],
         )
+        self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
+        if self._pixel_dtype is not None:
+            logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
         if self.batches_encoder():
             answers = await self._llm.collective_rpc(BATCHING_METHOD)
             logger.info("vision encoder batched by modality in vLLM's workers: %s", answers)
@@ -476,6 +495,8 @@ class VllmEngine(Engine):
                     (engine_input,) = renderer.render_cmpl([inputs])
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
+        if self._pixel_dtype is not None:
+            cast_pixels(engine_input, self._pixel_dtype)
         if params.max_tokens is None:
             prompt_len = len(engine_input.get("prompt_token_ids") or ())
             left = self._llm.model_config.max_model_len - prompt_len
