@@ -33,8 +33,6 @@ def test_unpatched_checkout_is_refused(tmp_path):
     assert result.returncode == 1 and "is not patched" in result.stderr
 
 
-
-
 def test_overrides_start_the_entry_point_as_run_embodiment_does(rlinf_tree, tmp_path):
     (rlinf_tree / "examples" / "embodiment" / "train_embodied_agent.py").write_text(STAND_IN_ENTRY_POINT)
     out = tmp_path / "exp"

@@ -30,8 +30,10 @@ def main_tarball() -> Path:
     named = os.environ.get("RLINF_MAIN_TARBALL")
     found = [Path(named)] if named else sorted((REPO.parent / "shared" / "rlinf_main").glob("rlinf-main-*.tar.xz"))
     if not found or not found[-1].is_file():
-        pytest.fail("no RLinf main snapshot: expected ../shared/rlinf_main/rlinf-main-<commit>.tar.xz beside this "
-                    "repository (or set RLINF_MAIN_TARBALL)")
+        pytest.fail(
+            "no RLinf main snapshot: expected ../shared/rlinf_main/rlinf-main-<commit>.tar.xz beside this "
+            "repository (or set RLINF_MAIN_TARBALL)"
+        )
     return found[-1]
 
 
@@ -138,7 +140,9 @@ def test_main_patch_places_judged_rewards_for_both_runners(tmp_path):
     # the statement lists (blocks) of the method, each in order: find the chunk step's block
     blocks = [node.body for node in ast.walk(interact) if isinstance(getattr(node, "body", None), list)]
     found = [
-        (block, i) for block in blocks for i, stmt in enumerate(block)
+        (block, i)
+        for block in blocks
+        for i, stmt in enumerate(block)
         if isinstance(stmt, ast.Assign) and "self.env_interact_step(" in ast.unparse(stmt)
     ]
     assert len(found) == 1
@@ -222,6 +226,7 @@ def test_every_run_config_has_a_main_and_a_v03_twin():
         renamed = [s.replace("training_backend/", "hybrid_engines/") for s in _settings(V03_CONFIGS / name)]
         assert _settings(MAIN_CONFIGS / name) == renamed, name
         assert "training_backend/fsdp@actor.fsdp_config" in (V03_CONFIGS / name).read_text()
+
     # StarVLA's runs judge with the same reward_model settings as OpenVLA-OFT's
     def reward_block(path: Path) -> list[str]:
         lines = _settings(path)
@@ -257,9 +262,18 @@ def test_main_run_configs_compose_on_main_and_differ_only_in_reward(main_tree, f
     if family == "libero_10_grpo_openvlaoft":  # v0.3's run changes, kept on main (the configs' headers)
         expected |= {"env.train.group_size", "algorithm.rewards_lower_bound", "algorithm.rewards_upper_bound"}
     if family == "libero_10_grpo_starvla":  # LIBERO-10's episode length and env group values
-        expected |= {k for k in differing if k.split(".")[-1] in (
-            "max_episode_steps", "max_steps_per_rollout_epoch", "reward_coef", "use_step_penalty", "specific_reset_id",
-        )}
+        expected |= {
+            k
+            for k in differing
+            if k.split(".")[-1]
+            in (
+                "max_episode_steps",
+                "max_steps_per_rollout_epoch",
+                "reward_coef",
+                "use_step_penalty",
+                "specific_reset_id",
+            )
+        }
     assert differing <= expected, differing - expected
     if family.endswith("starvla"):  # StarVLA's own shape is kept: QwenOFT, groups of 10, 8-action chunks
         assert b["actor.model.model_type"] == "starvla" and b["actor.model.starvla.framework_name"] == "QwenOFT"

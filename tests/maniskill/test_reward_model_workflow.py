@@ -55,8 +55,16 @@ def collected(maniskill_python, rlinf_main, tmp_path_factory) -> tuple[Path, dic
     work = tmp_path_factory.mktemp("reward_model")
     save = work / "collected"
     result = _drive(
-        maniskill_python, rlinf_main, "collect", work / "collect.json", "--save-dir", str(save),
-        "--episodes-count", str(EPISODES), "--max-steps", str(MAX_STEPS),
+        maniskill_python,
+        rlinf_main,
+        "collect",
+        work / "collect.json",
+        "--save-dir",
+        str(save),
+        "--episodes-count",
+        str(EPISODES),
+        "--max-steps",
+        str(MAX_STEPS),
     )
     return save, result
 
@@ -116,31 +124,56 @@ def test_judge_labels_rlinf_mains_collected_episodes_into_the_datasets_rlinfs_pr
 
 SHIM = REPO / "tests" / "rlinf_cpu_shim_main.patch"
 TRAIN_OVERRIDES = [
-    "data.num_workers=0", "runner.max_epochs=1", "runner.max_steps=3", "runner.val_check_interval=3",
-    "runner.save_interval=3", "actor.model.pretrained=False", "actor.model.image_size=[3,64,64]",
-    "actor.micro_batch_size=4", "actor.global_batch_size=4", "actor.optim.lr_warmup_steps=0",
-    "~cluster.component_placement", "+cluster.component_placement.actor=0",
+    "data.num_workers=0",
+    "runner.max_epochs=1",
+    "runner.max_steps=3",
+    "runner.val_check_interval=3",
+    "runner.save_interval=3",
+    "actor.model.pretrained=False",
+    "actor.model.image_size=[3,64,64]",
+    "actor.micro_batch_size=4",
+    "actor.global_batch_size=4",
+    "actor.optim.lr_warmup_steps=0",
+    "~cluster.component_placement",
+    "+cluster.component_placement.actor=0",
 ]
 # maniskill_ppo_mlp_resnet_reward.yaml at toy size on the CPU (one env: ManiSkill's CPU physics runs
 # one per env object; SAPIEN on lavapipe; RLinf's bucket weight syncer, the one that runs on CPU);
 # a rollout epoch's steps must be a multiple of the actor's batch (16)
 PPO_STEPS = 16
-PPO_OVERRIDES = [
-    "~cluster.component_placement", "+cluster.component_placement.actor=0", "+cluster.component_placement.env=0",
-    "+cluster.component_placement.rollout=0", "+cluster.component_placement.reward=0",
-    "algorithm.update_epoch=1", "actor.micro_batch_size=16", "actor.global_batch_size=16",
-    "runner.max_epochs=2", "runner.val_check_interval=-1", "runner.save_interval=-1",
-    "weight_syncer.type=bucket", "+weight_syncer.bucket.bucket_size=536870912",
-    "+weight_syncer.bucket.load_instant=true",
-    "env.eval.video_cfg.save_video=False", "reward.model.image_size=[3,64,64]",
-] + [
-    f"env.{split}.{key}"
-    for split in ("train", "eval")
-    for key in (
-        "total_num_envs=1", f"max_episode_steps={PPO_STEPS}", f"max_steps_per_rollout_epoch={PPO_STEPS}",
-        "init_params.sensor_configs.width=64", "init_params.sensor_configs.height=64", "init_params.sim_backend=cpu",
-    )
-] + ["+env.train.init_params.render_backend=cpu", "+env.eval.init_params.render_backend=cpu"]
+PPO_OVERRIDES = (
+    [
+        "~cluster.component_placement",
+        "+cluster.component_placement.actor=0",
+        "+cluster.component_placement.env=0",
+        "+cluster.component_placement.rollout=0",
+        "+cluster.component_placement.reward=0",
+        "algorithm.update_epoch=1",
+        "actor.micro_batch_size=16",
+        "actor.global_batch_size=16",
+        "runner.max_epochs=2",
+        "runner.val_check_interval=-1",
+        "runner.save_interval=-1",
+        "weight_syncer.type=bucket",
+        "+weight_syncer.bucket.bucket_size=536870912",
+        "+weight_syncer.bucket.load_instant=true",
+        "env.eval.video_cfg.save_video=False",
+        "reward.model.image_size=[3,64,64]",
+    ]
+    + [
+        f"env.{split}.{key}"
+        for split in ("train", "eval")
+        for key in (
+            "total_num_envs=1",
+            f"max_episode_steps={PPO_STEPS}",
+            f"max_steps_per_rollout_epoch={PPO_STEPS}",
+            "init_params.sensor_configs.width=64",
+            "init_params.sensor_configs.height=64",
+            "init_params.sim_backend=cpu",
+        )
+    ]
+    + ["+env.train.init_params.render_backend=cpu", "+env.eval.init_params.render_backend=cpu"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +193,13 @@ def _rlinf(python: str, tree: Path, where: str, script: str, log: Path, *overrid
     # "auto": one another test started, and stopped under it, hung this run); "local" starts a new one
     env.update(RAY_ADDRESS="local", RAY_TMPDIR=tempfile.mkdtemp(prefix="rm-ray."))
     proc = subprocess.run(
-        [python, script, *overrides], cwd=tree / "examples" / where, env=env, capture_output=True, text=True,
-        timeout=900, start_new_session=True,
+        [python, script, *overrides],
+        cwd=tree / "examples" / where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        start_new_session=True,
     )
     log.write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -185,9 +223,15 @@ def test_rlinfs_own_trainer_learns_from_the_judges_labels_and_ppo_runs_on_the_cl
     out, _, _ = labeled
     train_log = tmp_path / "reward_training"
     _rlinf(
-        maniskill_python, rlinf_main_cpu, "reward", "train_reward_model.py", tmp_path / "train.log",
-        f"data.train_data_paths={out / 'train.pt'}", f"data.val_data_paths={out / 'val.pt'}",
-        f"runner.logger.log_path={train_log}", *TRAIN_OVERRIDES,
+        maniskill_python,
+        rlinf_main_cpu,
+        "reward",
+        "train_reward_model.py",
+        tmp_path / "train.log",
+        f"data.train_data_paths={out / 'train.pt'}",
+        f"data.val_data_paths={out / 'val.pt'}",
+        f"runner.logger.log_path={train_log}",
+        *TRAIN_OVERRIDES,
     )
     weights = sorted(train_log.rglob("model_state_dict/full_weights.pt"))
     assert weights, "RLinf's trainer saved no full_weights.pt"
@@ -196,10 +240,18 @@ def test_rlinfs_own_trainer_learns_from_the_judges_labels_and_ppo_runs_on_the_cl
 
     ppo_log = tmp_path / "ppo"
     _rlinf(
-        maniskill_python, rlinf_main_cpu, "embodiment", "train_embodied_agent.py", tmp_path / "ppo.log",
-        "--config-path", str(rlinf_main_cpu / "examples" / "embodiment" / "config"),
-        "--config-name", "maniskill_ppo_mlp_resnet_reward", f"runner.logger.log_path={ppo_log}",
-        f"reward.model.model_path={weights[-1]}", *PPO_OVERRIDES,
+        maniskill_python,
+        rlinf_main_cpu,
+        "embodiment",
+        "train_embodied_agent.py",
+        tmp_path / "ppo.log",
+        "--config-path",
+        str(rlinf_main_cpu / "examples" / "embodiment" / "config"),
+        "--config-name",
+        "maniskill_ppo_mlp_resnet_reward",
+        f"runner.logger.log_path={ppo_log}",
+        f"reward.model.model_path={weights[-1]}",
+        *PPO_OVERRIDES,
     )
     scalars = _scalars(ppo_log / "tensorboard")
     # the classifier's reward (its sigmoid, at each episode's end: terminal mode), one value per epoch
