@@ -260,7 +260,9 @@ def test_ctrl_c_keeps_every_judged_batch(tmp_path):
     # numpy frames (LIBERO's): the child never imports torch, so it starts in a second or two
     write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(8)], numpy=True)
     out = tmp_path / "out"
-    with InProcessServer(engine_option=["delay_ms=400"]) as s:  # one batch of 2 takes ~0.4 s
+    # one batch of 2 takes ~1 s: the interrupt comes after the first, with ~3 s of batches left (at
+    # 0.4 s a batch a loaded CI machine once saw the journal's first batch only after the last)
+    with InProcessServer(engine_option=["delay_ms=1000"]) as s:
         cmd = [sys.executable, "-m", "reward_tools.label_episodes", "--url", s.url, "--episodes", str(episodes)]
         cmd += ["--out", str(out), "--batch-size", "2", "--rule", "score"]
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
