@@ -63,6 +63,26 @@ def make_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 RUN_D = "libero_10_ppo_openvlaoft_runD_dense"
 
 
+# what runs A, B and C of one config family may change: the judge (none, Qwen, PRIMO-R1) and the name
+RUN_KEYS = frozenset(
+    {"env.train.reward_model.enable", "env.train.reward_model.backend", "runner.logger.experiment_name"}
+)
+
+
+def assert_runs_differ_only_in_reward(flat: dict[str, dict]) -> None:
+    """Runs A, B and C (flattened configs by name in RUNS) are one config but for the judge: A has
+    none, B Qwen2.5-VL, C PRIMO-R1, and evaluation keeps the simulator's own success everywhere."""
+    first, *rest = RUNS
+    for run in rest:
+        differing = {k for k in flat[first].keys() | flat[run].keys() if flat[first].get(k) != flat[run].get(k)}
+        assert differing <= RUN_KEYS, (run, differing - RUN_KEYS)
+    assert flat["runA"]["env.train.reward_model.enable"] is False
+    assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
+    assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
+    for run in RUNS:
+        assert not any(k.startswith("env.eval.reward_model") for k in flat[run]), run  # eval: native success
+
+
 def flatten(tree: dict, prefix: str = "") -> dict:
     """A nested config as one level of dotted keys."""
     flat = {}
