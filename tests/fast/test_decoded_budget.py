@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import gc
-import weakref
 
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from reward_server.media.images import ImageError, decode_image
 from reward_server.media.memory_release import Reclaimer
 from reward_server.media.video import DecodeLimits, Probe
 from tests.helpers.episodes import episode_frames, inline
+from tests.helpers.memory import collector_off, frames_in_a_cycle, freed
 from tests.helpers.servers import (
     CHAT,
     InProcessServer,
@@ -73,23 +72,12 @@ def test_frames_a_reference_cycle_keeps_are_freed_once_their_budget_is_given_bac
     async def scenario() -> None:
         budget = DecodedBudget(10, Reclaimer(threshold_bytes=MB, delay_s=0).released)
         lease = await budget.take(2 * MB)
-        frames = np.zeros(2 * MB, np.uint8)
-        alive = weakref.ref(frames)
-        cycle: list = [frames]
-        cycle.append(cycle)
-        del frames, cycle
+        ref = frames_in_a_cycle(2 * MB)
         lease.release()
-        for _ in range(100):
-            if alive() is None:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the frames in a reference cycle were never freed")
+        assert await freed(ref, timeout_s=1.0), "the frames in a reference cycle were never freed"
 
-    gc.disable()  # only the reclaimer's collection may free them
-    try:
+    with collector_off():  # only the reclaimer's collection may free them
         asyncio.run(scenario())
-    finally:
-        gc.enable()
 
 
 def raw_body(*episodes) -> bytes:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import weakref
 
 import httpx
-import numpy as np
 
 from reward_server.media.memory_release import Reclaimer, freeze_startup_heap
 from reward_tools.launch import ServerProcess
+from tests.helpers.memory import collector_off, frames_in_a_cycle, freed
 from tests.helpers.servers import InProcessServer
 
 
@@ -28,23 +27,12 @@ def test_objects_alive_at_the_freeze_are_never_scanned_and_later_cycles_are_stil
         reclaimer = Reclaimer(threshold_bytes=1, delay_s=0)
 
         async def scenario() -> None:
-            frames = np.zeros(1 << 20, np.uint8)
-            ref = weakref.ref(frames)
-            cycle: list = [frames]
-            cycle.append(cycle)
-            del frames, cycle
+            ref = frames_in_a_cycle(1 << 20)
             reclaimer.released(1 << 20)
-            for _ in range(200):
-                if ref() is None:
-                    return
-                await asyncio.sleep(0.01)
-            raise AssertionError("a cycle made after the freeze was never freed")
+            assert await freed(ref), "a cycle made after the freeze was never freed"
 
-        gc.disable()  # only the reclaimer's collection may free it
-        try:
+        with collector_off():  # only the reclaimer's collection may free it
             asyncio.run(scenario())
-        finally:
-            gc.enable()
         stats = reclaimer.as_dict()
         assert stats["reclaim_runs"] == 1
         assert stats["reclaim_pause_ms"] > 0 and stats["reclaim_pause_ms"] == stats["reclaim_last_pause_ms"]
