@@ -257,12 +257,12 @@ def test_a_resumed_run_judges_only_what_the_journal_lacks(server, tmp_path):
 def test_ctrl_c_keeps_every_judged_batch(tmp_path):
     """A real process interrupted mid-run (SIGINT) resumes with the batches it had finished."""
     episodes = tmp_path / "collected"
+    n = 24  # 12 batches of ~0.5 s: the interrupt, sent once the first is journaled, lands mid-run even
+    # when this test's process is slow to look (a CI run saw the child finish 4 batches first)
     # numpy frames (LIBERO's): the child never imports torch, so it starts in a second or two
-    write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(8)], numpy=True)
+    write_rlinf_episodes(episodes, [(6, 3 if i % 2 else None, TASKS[i % 2]) for i in range(n)], numpy=True)
     out = tmp_path / "out"
-    # one batch of 2 takes ~1 s: the interrupt comes after the first, with ~3 s of batches left (at
-    # 0.4 s a batch a loaded CI machine once saw the journal's first batch only after the last)
-    with InProcessServer(engine_option=["delay_ms=1000"]) as s:
+    with InProcessServer(engine_option=["delay_ms=500"]) as s:
         cmd = [sys.executable, "-m", "reward_tools.label_episodes", "--url", s.url, "--episodes", str(episodes)]
         cmd += ["--out", str(out), "--batch-size", "2", "--rule", "score"]
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -274,11 +274,11 @@ def test_ctrl_c_keeps_every_judged_batch(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         kept = len(journal.read_text().splitlines()) - 1
-        assert 2 <= kept < 8 and "the same command resumes" in err
+        assert 2 <= kept < n and "the same command resumes" in err
         seen = len(s.engine.seen)
         code, report = _run(s, episodes, out, "--batch-size", "2", "--rule", "score")
-    assert code == 0 and len(s.engine.seen) - seen == 8 - kept
-    assert report["overall"]["episodes"] == 8 and report["overall"]["episode"]["accuracy"] == 1.0
+    assert code == 0 and len(s.engine.seen) - seen == n - kept
+    assert report["overall"]["episodes"] == n and report["overall"]["episode"]["accuracy"] == 1.0
 
 
 def test_the_earlier_forms_npy_directories_in_and_out(server, tmp_path):
