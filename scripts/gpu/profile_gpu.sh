@@ -3,12 +3,13 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1|curves|ab     results under $RES, packed into $OUT
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1|curves|ab     results under $RES, packed into $OUT
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
 #            1.2x of gen1 + 256 decode steps).
 # primo_raw: the same prompts on the bare engine (LLM.generate), gen1 and gen256.
+# k1_raw:    the same prompts on the bare engine (LLM.generate, inputs in memory), logprob.
 # k1:        the Qwen profile, logprob (the hook path K = 1), median of REPEATS (5). SPY=1: py-spy
 #            samples the server and its engine core while the bench runs (k1_spy.txt, collapsed
 #            stacks per thread), to see what holds the interpreter.
@@ -76,7 +77,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
 
-case "${1:?primo, primo_raw, k1, curves or ab}" in
+case "${1:?primo, primo_raw, k1_raw, k1, curves or ab}" in
   primo)
     serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 --warmup-batch $N" --styles gen1 gen256 gen1024 \
       --repeats "${REPEATS:-3}"
@@ -86,6 +87,11 @@ case "${1:?primo, primo_raw, k1, curves or ab}" in
       --styles gen1 gen256 --repeats "${REPEATS:-3}" --max-num-batched-tokens 65536 \
       --mm-encoder-attn-backend FLASH_ATTN --gpu-memory-utilization 0.85 --out "$RES/primo_raw.json" \
       2>"$RES/primo_raw.log" | tee "$RES/primo_raw.txt"
+    ;;
+  k1_raw)
+    python3 -m reward_tools.bench_raw --engine vllm --model-path $CKPT --n "$N" --styles logprob \
+      --repeats "${REPEATS:-5}" --max-model-len 8192 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN \
+      --gpu-memory-utilization 0.85 --out "$RES/k1_raw.json" 2>"$RES/k1_raw.log" | tee "$RES/k1_raw.txt"
     ;;
   k1)
     serve_bench k1 "--warmup-batch $N" --styles logprob --repeats "${REPEATS:-5}"
