@@ -14,7 +14,7 @@ import logging
 import re
 from pathlib import Path
 
-from compare_runs import event_dir, read_scalars
+from tb_scalars import event_dir, read_scalars  # this script's folder is first on sys.path
 
 logger = logging.getLogger("compare_runs")
 

@@ -16,7 +16,7 @@ import math
 import sys
 from pathlib import Path
 
-from compare_runs import read_scalars  # this script's folder is first on sys.path
+from tb_scalars import read_scalars  # this script's folder is first on sys.path
 
 COLUMNS = (
     ("env/success_once", "success", "{:.2f}"),
