@@ -254,6 +254,11 @@ def test_a_resumed_run_judges_only_what_the_journal_lacks(server, tmp_path):
         _run(server, episodes, out, "--rule", "score", "--nframes", "8")
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def test_ctrl_c_keeps_every_judged_batch(tmp_path):
     """A real process interrupted mid-run (SIGINT) resumes with the batches it had finished."""
     episodes = tmp_path / "collected"
@@ -265,7 +270,16 @@ def test_ctrl_c_keeps_every_judged_batch(tmp_path):
     with InProcessServer(engine_option=["delay_ms=500"]) as s:
         cmd = [sys.executable, "-m", "reward_tools.label_episodes", "--url", s.url, "--episodes", str(episodes)]
         cmd += ["--out", str(out), "--batch-size", "2", "--rule", "score"]
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # as from a shell: SIGINT handled, whatever state the test runner's process is in
+            preexec_fn=_interruptible,
+        )
         journal = out / "judged.jsonl"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
