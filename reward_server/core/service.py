@@ -52,7 +52,8 @@ class RewardService:
         freeze_heap: bool = False,
     ):
         self.settings = settings
-        self.freeze_heap = freeze_heap  # bootstrap.build_service(owns_process=True)
+        # the process is the service's alone (bootstrap.build_service(owns_process=True)) and --freeze-heap
+        self.freeze_heap = freeze_heap and settings.freeze_heap
         self.heap_frozen = 0  # objects frozen once warm (freeze_startup_heap)
         self.engine = engine
         self.profile = profile
@@ -99,7 +100,7 @@ class RewardService:
                 self.fail(f"engine could not score the warm-up batch: {type(exc).__name__}: {exc}")
                 return
             self.engine.stats.reset()  # the counters describe real requests only
-        if self.freeze_heap and self.settings.freeze_heap:
+        if self.freeze_heap:
             # the engine's heap, from now on never scanned: the reclaimer's collections (on the
             # event loop) and Python's own take milliseconds, not 0.4 s (memory_release.py)
             self.heap_frozen = await asyncio.to_thread(freeze_startup_heap)

@@ -6,30 +6,24 @@ so this is where CI runs it."""
 
 from __future__ import annotations
 
-from reward_client.client import RetryPolicy, RewardClient
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from tests.helpers.episodes import episode_frames
-from tests.helpers.servers import start_server
+from tests.helpers.servers import answers_of_one_batch
 
 SWITCHED_ON = "vision encoder batched by modality in vLLM's workers: [True]"
 
 
 def _answers(flag: str, checkpoint: str, video_dir, log_dir) -> tuple[list[str], str]:
     flags = ["--engine", "vllm", "--backend", "PRIMO-R1", "--engine-option", f"encoder_batching={flag}"]
-    server = start_server(flags, checkpoint, video_dir, log_dir)
-    try:
-        options = ScoreOptions(
-            task_text="open the drawer",
-            nframes=4,
-            backend_kwargs=BackendKwargs(max_tokens=8, ignore_eos=True, temperature=0.0),
-        )
-        episodes = [(options, episode_frames(steps=8, size=56, seed=seed)) for seed in range(6)]
-        with RewardClient(server.url, RetryPolicy(deadline_s=600, timeout_s=600)) as client:
-            items = client.score_episodes(episodes)  # one batch: several episodes' items share steps
-        assert all(item.error is None for item in items), [item.error for item in items]
-        return [item.response.model_output for item in items], server.log_path.read_text()
-    finally:
-        server.stop()
+    options = ScoreOptions(
+        task_text="open the drawer",
+        nframes=4,
+        backend_kwargs=BackendKwargs(max_tokens=8, ignore_eos=True, temperature=0.0),
+    )
+    # one batch: several episodes' items share steps
+    episodes = [(options, episode_frames(steps=8, size=56, seed=seed)) for seed in range(6)]
+    responses, log = answers_of_one_batch(flags, episodes, checkpoint, video_dir, log_dir)
+    return [r.model_output for r in responses], log
 
 
 def test_primo_answers_are_the_same_with_the_encoder_batched_by_modality(tiny_checkpoint, video_dir, tmp_path):

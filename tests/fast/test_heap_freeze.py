@@ -13,7 +13,7 @@ import httpx
 
 from reward_server.media.memory_release import Reclaimer, freeze_startup_heap
 from reward_tools.launch import ServerProcess
-from tests.helpers.memory import collector_off, frames_in_a_cycle, freed
+from tests.helpers.memory import collector_off, eventually, frames_in_a_cycle, freed
 from tests.helpers.servers import InProcessServer
 
 
@@ -30,10 +30,8 @@ def test_objects_alive_at_the_freeze_are_never_scanned_and_later_cycles_are_stil
             ref = frames_in_a_cycle(1 << 20)
             reclaimer.released(1 << 20)
             assert await freed(ref), "a cycle made after the freeze was never freed"
-            for _ in range(500):  # the run is counted once it has also trimmed the allocator
-                if reclaimer.runs:
-                    break
-                await asyncio.sleep(0.01)
+            # the run is counted once it has also trimmed the allocator
+            assert await eventually(lambda: reclaimer.runs == 1, timeout_s=5.0)
 
         with collector_off():  # only the reclaimer's collection may free it
             asyncio.run(scenario())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -21,13 +21,18 @@ def frames_in_a_cycle(nbytes: int) -> weakref.ref:
     return ref
 
 
-async def freed(ref: weakref.ref, timeout_s: float = 2.0) -> bool:
-    """Whether the object behind `ref` is gone within `timeout_s`, the event loop running meanwhile."""
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 2.0) -> bool:
+    """Whether `predicate()` holds within `timeout_s`, the event loop running meanwhile."""
     for _ in range(int(timeout_s / 0.01)):
-        if ref() is None:
+        if predicate():
             return True
         await asyncio.sleep(0.01)
-    return ref() is None
+    return predicate()
+
+
+async def freed(ref: weakref.ref, timeout_s: float = 2.0) -> bool:
+    """Whether the object behind `ref` is gone within `timeout_s`, the event loop running meanwhile."""
+    return await eventually(lambda: ref() is None, timeout_s)
 
 
 @contextmanager

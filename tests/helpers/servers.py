@@ -176,6 +176,22 @@ def start_server(extra_flags: list[str], checkpoint: str, video_dir: Path, log_d
     return server
 
 
+def answers_of_one_batch(flags: list[str], episodes: list, checkpoint: str, video_dir: Path, log_dir: Path):
+    """A server started with `flags` (start_server) scores `episodes` ([(ScoreOptions, frames)]) in
+    one batch, as the hook sends them, and stops: its answers in order (every one must be an answer,
+    not an error) and its log. For comparing one setting's answers with another's."""
+    from reward_client.client import RetryPolicy, RewardClient
+
+    server = start_server(flags, checkpoint, video_dir, log_dir)
+    try:
+        with RewardClient(server.url, RetryPolicy(deadline_s=600, timeout_s=600)) as client:
+            items = client.score_episodes(episodes)
+        assert all(item.error is None for item in items), [item.error for item in items]
+        return [item.response for item in items], server.log_path.read_text()
+    finally:
+        server.stop()
+
+
 def requests_counted(metrics_text: str, route: str) -> float:
     """Requests answered 200 on `route`, from a server's /metrics text."""
     pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
