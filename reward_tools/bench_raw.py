@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -40,7 +41,7 @@ def requests(episodes: Episodes, n: int, style: str, backend: str = "qwen2_5_vl_
     return out
 
 
-def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend):
+def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, profile_dir: Path | None = None):
     from vllm import LLM
 
     from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
@@ -48,7 +49,12 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend):
 
     engine = VllmEngine(config)
     engine.load_processor()
-    llm = LLM(**engine.engine_kwargs())
+    kwargs = engine.engine_kwargs()
+    if profile_dir is not None:
+        # vLLM's torch profiler in its worker; reward_tools.gpu_trace reads what it writes
+        os.environ.setdefault("VLLM_CUSTOM_SCOPES_FOR_PROFILING", "1")
+        kwargs["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(profile_dir.resolve())}
+    llm = LLM(**kwargs)
     if engine.batches_encoder():  # as the server's engine does after start
         llm.collective_rpc(BATCHING_METHOD)
     results = []
@@ -65,6 +71,13 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend):
                 walls.append(time.perf_counter() - started)
             wall = statistics.median(walls)
             results.append({"style": style, "n": n, "wall_s": wall, "episodes_per_s": n / wall, "repeats_s": walls})
+            if profile_dir is not None:  # one more batch, traced, outside the median (the profiler slows the CPU)
+                prepared = [engine.prepare(r) for r in requests(episodes, n, style, backend)]
+                llm.start_profile(profile_prefix=f"{style}_n{n}")
+                started = time.perf_counter()
+                llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
+                results[-1]["profiled_wall_s"] = time.perf_counter() - started
+                llm.stop_profile()
             logger.info("%s", results[-1])
     return results
 
@@ -116,6 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--mm-encoder-attn-backend", default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    parser.add_argument(
+        "--engine-option", action="append", default=[], metavar="KEY=VALUE", help="as the server's (repeatable)"
+    )
+    parser.add_argument("--compile-mm-encoder", action="store_true", help="as the server's flag")
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=None,
+        help="vllm: after each measured row, one more batch traced by vLLM's torch profiler into this "
+        "directory (read it with python -m reward_tools.gpu_trace)",
+    )
     parser.add_argument("--out", default="bench_raw.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -129,11 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        engine_option=args.engine_option,
+        compile_mm_encoder=args.compile_mm_encoder,
     )
     config = engine_config(settings)
-    run = run_vllm if args.engine == "vllm" else run_hf
-    results = run(config, args.styles, args.n, args.repeats, args.frames, args.size, args.backend)
-    Path(args.out).write_text(json.dumps({"engine": args.engine, "args": vars(args), "results": results}, indent=2))
+    if args.engine == "vllm":
+        results = run_vllm(
+            config, args.styles, args.n, args.repeats, args.frames, args.size, args.backend, args.profile_dir
+        )
+    else:
+        if args.profile_dir is not None:
+            parser.error("--profile-dir traces vLLM's engine: use it with --engine vllm")
+        results = run_hf(config, args.styles, args.n, args.repeats, args.frames, args.size, args.backend)
+    Path(args.out).write_text(
+        json.dumps({"engine": args.engine, "args": vars(args), "results": results}, indent=2, default=str)
+    )
     print(f"{'style':<9} {'N':>4} {'eps/s':>8} {'wall s':>8}")
     for r in results:
         print(f"{r['style']:<9} {r['n']:>4} {r['episodes_per_s']:>8.2f} {r['wall_s']:>8.2f}")

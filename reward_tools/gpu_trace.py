@@ -1,0 +1,211 @@
+"""Where the GPU's time went in a torch-profiler trace of vLLM's engine: how long the GPU was busy
+inside the traced window, how much of that the vision encoder took, and the idle gaps between.
+
+    python -m reward_tools.gpu_trace TRACE_OR_DIR [--json OUT]
+
+The trace is the Chrome-trace file vLLM's torch profiler writes (`profiler_config={"profiler":
+"torch", ...}`, `reward_tools.bench_raw --profile-dir DIR`); a directory means every trace in it
+that holds GPU work. The hook path's floor is the GPU's own busy time: what the engine's steps
+need however fast the front end is (issue 40).
+
+Kernels are attributed to the vision encoder when the CPU call that launched them (matched by the
+profiler's correlation id) ran inside vLLM's model-runner method `_execute_mm_encoder`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gzip
+import json
+import logging
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("reward_tools.gpu_trace")
+
+GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
+ENCODER_FUNCTION = "_execute_mm_encoder"
+GAP_MS = 1.0  # idle stretches shorter than this are launch latency, not waiting
+
+
+@dataclass
+class TraceReport:
+    files: list[str]
+    window_ms: float  # first GPU event's start to the last one's end
+    busy_ms: float  # the union of GPU events in the window
+    kernel_ms: float  # the sum of kernel durations (overlapping streams counted twice)
+    encoder_kernel_ms: float  # kernels launched from inside the vision encoder's call
+    encoder_cpu_ms: float  # the CPU time spent in the encoder's calls
+    encoder_calls: int
+    memcpy_ms: float
+    idle_ms: float  # window - busy
+    gaps: int  # idle stretches of at least GAP_MS
+    gaps_ms: float
+    largest_gaps_ms: list[float] = field(default_factory=list)
+    top_kernels: list[dict[str, Any]] = field(default_factory=list)
+    top_encoder_kernels: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def busy_share(self) -> float:
+        return self.busy_ms / self.window_ms if self.window_ms else 0.0
+
+
+def load_events(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def trace_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p for p in path.rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    )
+    if not files:
+        raise SystemExit(f"gpu_trace: no trace (*.json, *.json.gz) under {path}")
+    return files
+
+
+def _union_ms(spans: list[tuple[float, float]]) -> tuple[float, list[float]]:
+    """The covered length of (start, end) spans in microseconds, and the gaps between them (ms)."""
+    covered, gaps = 0.0, []
+    current_start = current_end = None
+    for start, end in sorted(spans):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                covered += current_end - current_start
+                gaps.append((start - current_end) / 1000)
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        covered += current_end - current_start
+    return covered / 1000, gaps
+
+
+class _Intervals:
+    """The encoder's CPU calls per (pid, tid), for asking whether a launch happened inside one."""
+
+    def __init__(self, spans: dict[tuple, list[tuple[float, float]]]):
+        self._starts = {key: [s for s, _ in sorted(v)] for key, v in spans.items()}
+        self._ends = {key: [e for _, e in sorted(v)] for key, v in spans.items()}
+
+    def contains(self, key: tuple, ts: float) -> bool:
+        starts = self._starts.get(key)
+        if not starts:
+            return False
+        i = bisect.bisect_right(starts, ts) - 1
+        return i >= 0 and ts <= self._ends[key][i]
+
+
+def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: int = 8) -> TraceReport:
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    if not gpu:
+        raise ValueError("the trace holds no GPU events (kernels, copies): was it taken on a GPU, while work ran?")
+    launches = {
+        e["args"]["correlation"]: (e.get("pid"), e.get("tid"), e["ts"])
+        for e in events
+        if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})
+    }
+    encoder_spans: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "python_function" and e.get("name", "").endswith(f": {ENCODER_FUNCTION}"):
+            encoder_spans[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e.get("dur", 0)))
+    encoder = _Intervals(encoder_spans)
+
+    spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu]
+    busy_ms, gaps = _union_ms(spans)
+    window_ms = (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000
+    kernel_ms = encoder_ms = memcpy_ms = 0.0
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    per_encoder_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in gpu:
+        dur = e.get("dur", 0) / 1000
+        if e["cat"] != "kernel":
+            memcpy_ms += dur
+            continue
+        kernel_ms += dur
+        per_name[e.get("name", "?")][0] += dur
+        per_name[e.get("name", "?")][1] += 1
+        launch = launches.get(e.get("args", {}).get("correlation"))
+        if launch is not None and encoder.contains(launch[:2], launch[2]):
+            encoder_ms += dur
+            per_encoder_name[e.get("name", "?")][0] += dur
+            per_encoder_name[e.get("name", "?")][1] += 1
+    long_gaps = sorted((g for g in gaps if g >= GAP_MS), reverse=True)
+
+    def ranked(names: dict[str, list[float]]) -> list[dict[str, Any]]:
+        best = sorted(names.items(), key=lambda kv: -kv[1][0])[:top]
+        return [{"name": name[:100], "ms": round(ms, 3), "count": n} for name, (ms, n) in best]
+
+    return TraceReport(
+        files=files or [],
+        window_ms=round(window_ms, 3),
+        busy_ms=round(busy_ms, 3),
+        kernel_ms=round(kernel_ms, 3),
+        encoder_kernel_ms=round(encoder_ms, 3),
+        encoder_cpu_ms=round(sum(e - s for v in encoder_spans.values() for s, e in v) / 1000, 3),
+        encoder_calls=sum(len(v) for v in encoder_spans.values()),
+        memcpy_ms=round(memcpy_ms, 3),
+        idle_ms=round(window_ms - busy_ms, 3),
+        gaps=len(long_gaps),
+        gaps_ms=round(sum(long_gaps), 3),
+        largest_gaps_ms=[round(g, 3) for g in long_gaps[:5]],
+        top_kernels=ranked(per_name),
+        top_encoder_kernels=ranked(per_encoder_name),
+    )
+
+
+def render(report: TraceReport) -> str:
+    lines = [
+        f"GPU window {report.window_ms:.1f} ms, busy {report.busy_ms:.1f} ms ({100 * report.busy_share:.0f}%), "
+        f"idle {report.idle_ms:.1f} ms ({report.gaps} gaps >= {GAP_MS:g} ms: {report.gaps_ms:.1f} ms; "
+        f"largest {', '.join(f'{g:.1f}' for g in report.largest_gaps_ms) or '-'})",
+        f"kernels {report.kernel_ms:.1f} ms, of which the vision encoder {report.encoder_kernel_ms:.1f} ms "
+        f"({report.encoder_calls} calls, {report.encoder_cpu_ms:.1f} ms of CPU in them); "
+        f"copies {report.memcpy_ms:.1f} ms",
+    ]
+    for title, kernels in (("all kernels", report.top_kernels), ("the vision encoder's", report.top_encoder_kernels)):
+        lines += ["", f"| {title} | ms | count |", "|---|---|---|"]
+        lines += [f"| `{k['name']}` | {k['ms']:.1f} | {k['count']} |" for k in kernels]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reward_tools.gpu_trace",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("trace", type=Path, help="a trace file, or a directory of them")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    events: list[dict[str, Any]] = []
+    used = []
+    for path in trace_files(args.trace):
+        loaded = load_events(path)
+        if any(e.get("cat") in GPU_CATEGORIES for e in loaded):
+            events += loaded
+            used.append(path.name)
+        else:
+            logger.info("%s holds no GPU work (the front end's trace): skipped", path.name)
+    try:
+        report = analyse(events, used)
+    except ValueError as exc:
+        raise SystemExit(f"gpu_trace: {exc}") from None
+    print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps(asdict(report), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
