@@ -44,7 +44,6 @@ def requests(episodes: Episodes, n: int, style: str, backend: str = "qwen2_5_vl_
 def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, profile_dir: Path | None = None):
     from vllm import LLM
 
-    from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
     from reward_server.engines.vllm_engine import VllmEngine
 
     engine = VllmEngine(config)
@@ -55,8 +54,8 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
         os.environ.setdefault("VLLM_CUSTOM_SCOPES_FOR_PROFILING", "1")
         kwargs["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(profile_dir.resolve())}
     llm = LLM(**kwargs)
-    if engine.batches_encoder():  # as the server's engine does after start
-        llm.collective_rpc(BATCHING_METHOD)
+    for method in engine.worker_methods():  # as the server's engine does after start
+        logger.info("%s: %s", method, llm.collective_rpc(method))
     results = []
     episodes = Episodes(frames, size)
     for style in styles:

@@ -17,8 +17,9 @@ same up to rounding: larger batches run other bf16 kernels. On random weights, w
 logits turn rounding into other greedy tokens, 32-token answers matched on 37-45 of 64 episodes
 between on and off, and on 50 (on) and 61 (off) of 64 between two servers of one setting.
 
-It runs inside vLLM's worker: the engine names `ModalityBatching` as vLLM's
-`worker_extension_cls` (which adds its method to the worker) and calls the method once through
+It runs inside vLLM's worker: `ModalityBatching` is a mixin of the engine's vLLM
+`worker_extension_cls` (engines/vllm_worker.py, which adds its method to the worker), and the
+engine calls the method once through
 `collective_rpc` after the engine started: by default on GPUs, where it was measured (one H200,
 PRIMO-R1, 64 episodes: the prefill alone 8.2 -> 4.2 s, 256 new tokens 9.8 -> 5.9 s;
 docs/bench/h200_2026-11-26_issue40/); `--engine-option encoder_batching=true|false` decides.
@@ -32,7 +33,6 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 OPTION = "encoder_batching"
-FQCN = f"{__name__}.ModalityBatching"  # vLLM resolves module.Class
 METHOD = "reward_encoder_batching"
 
 _MARK = "_reward_by_modality"

@@ -54,12 +54,14 @@ from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import load_processor, render, video_metadata
 from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
-from reward_server.engines.vllm_encoder_batching import FQCN as BATCHING_FQCN
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm_options import check_supported
 from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm_pixel_dtype import cast_pixels
+from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
+from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
+from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ STEP_LOG = "step_log"
 # The input-processing threads share the interpreter with the event loop that reads request bodies;
 # a shorter interval hands the loop back sooner when a thread holds the interpreter (an experiment)
 SWITCH_MS = "gil_switch_ms"
+# what each worker-extension method did, for the start-up log line
+WORKER_DONE = {BATCHING_METHOD: "vision encoder batched by modality", ALIGN_METHOD: "vision MLP width aligned"}
 
 
 def _step_line(scheduler_stats, iteration_stats) -> str:
@@ -346,31 +350,43 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, PIXEL_DTYPE, *CURVE_OPTIONS}
+        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, ALIGN, PIXEL_DTYPE, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
             kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
-        if self.batches_encoder():
-            kwargs["worker_extension_cls"] = BATCHING_FQCN  # switched on by start()
+        if self.worker_methods():
+            kwargs["worker_extension_cls"] = WORKER_FQCN  # its methods are called by start()
         check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
 
-    def encoder_batching(self) -> bool:
-        """Whether each vLLM step encodes its images and videos in one call per modality
-        (engines/vllm_encoder_batching.py): on GPUs by default, where it was measured (PRIMO-R1's
-        prefill 2x faster on an H200); `--engine-option encoder_batching=true|false` decides."""
-        if BATCHING in self.config.options:
-            return bool(option_value(self.config.options[BATCHING]))
+    def _on_gpus_unless(self, option: str) -> bool:
+        """A worker feature measured on GPUs: on there by default, `--engine-option NAME=true|false`
+        decides."""
+        if option in self.config.options:
+            return bool(option_value(self.config.options[option]))
         import torch
 
         return torch.cuda.is_available()
 
-    def batches_encoder(self) -> bool:
-        """Whether start() switches the encoder batching on (ours is vLLM's worker extension)."""
-        return self.encoder_batching() and "worker_extension_cls" not in self.config.options
+    def encoder_batching(self) -> bool:
+        """Whether each vLLM step encodes its images and videos in one call per modality
+        (engines/vllm_encoder_batching.py; PRIMO-R1's prefill 2x faster on an H200)."""
+        return self._on_gpus_unless(BATCHING)
+
+    def vision_mlp_aligned(self) -> bool:
+        """Whether the vision tower's MLP is padded to an aligned width (engines/vllm_vision_mlp.py)."""
+        return self._on_gpus_unless(ALIGN)
+
+    def worker_methods(self) -> list[str]:
+        """The methods of our worker extension (engines/vllm_worker.py) start() calls, in order;
+        none when the user names a worker extension of their own."""
+        if "worker_extension_cls" in self.config.options:
+            return []
+        wanted = ((self.encoder_batching(), BATCHING_METHOD), (self.vision_mlp_aligned(), ALIGN_METHOD))
+        return [method for on, method in wanted if on]
 
     def pixel_dtype(self, model_dtype: Any) -> Any:
         """The dtype pixels are cast to before they go to the engine core (vllm_pixel_dtype), or None:
@@ -407,9 +423,9 @@ class VllmEngine(Engine):
         self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
         if self._pixel_dtype is not None:
             logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
-        if self.batches_encoder():
-            answers = await self._llm.collective_rpc(BATCHING_METHOD)
-            logger.info("vision encoder batched by modality in vLLM's workers: %s", answers)
+        for method in self.worker_methods():
+            answers = await self._llm.collective_rpc(method)
+            logger.info("%s in vLLM's workers: %s", WORKER_DONE[method], answers)
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
         if self.config.options.get(SWITCH_MS) is not None:

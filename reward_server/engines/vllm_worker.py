@@ -1,0 +1,19 @@
+"""What this server adds to vLLM's workers, as vLLM's `worker_extension_cls` (one class, so every
+addition is a mixin here). The engine calls each method once after vLLM started, through
+`collective_rpc`, for the features switched on (VllmEngine.worker_methods):
+
+- encoder batching by modality (vllm_encoder_batching), on GPUs by default;
+- the vision MLP padded to an aligned width (vllm_vision_mlp), on GPUs by default.
+"""
+
+from __future__ import annotations
+
+from reward_server.engines.vllm_encoder_batching import ModalityBatching
+from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
+
+
+class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment):
+    """vLLM resolves this class by name in its workers and adds its methods to the worker."""
+
+
+FQCN = f"{__name__}.RewardWorkerExtension"

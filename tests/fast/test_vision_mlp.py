@@ -1,0 +1,49 @@
+"""engines/vllm_vision_mlp.py: padding a vision MLP to an aligned width changes its GEMM shapes,
+not what it computes. Checked here on torch layers laid out as vLLM's (a merged [gate; up]
+projection with bias, a down projection), in float64 where the two must agree exactly; the real
+vLLM path is tests/engine/test_vision_mlp_align.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from reward_server.engines.vllm_vision_mlp import align_vision_mlps, pad_mlp
+
+torch = pytest.importorskip("torch")
+
+
+def _mlp(hidden: int, width: int, bias: bool = True):
+    torch.manual_seed(0)
+    gate_up = torch.nn.Linear(hidden, 2 * width, bias=bias, dtype=torch.float64)
+    down = torch.nn.Linear(width, hidden, bias=bias, dtype=torch.float64)
+    return gate_up, down
+
+
+def _forward(gate_up, down, x):
+    gated = gate_up(x)
+    d = gated.shape[-1] // 2  # vLLM's SiluAndMul
+    return down(torch.nn.functional.silu(gated[..., :d]) * gated[..., d:])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_padding_keeps_the_output_and_aligns_the_width(bias):
+    gate_up, down = _mlp(hidden=40, width=100, bias=bias)  # 100 is not a multiple of 64
+    x = torch.randn(7, 40, dtype=torch.float64)
+    before = _forward(gate_up, down, x)
+    assert pad_mlp(gate_up, down)
+    assert gate_up.weight.shape == (256, 40) and down.weight.shape == (40, 128)
+    after = _forward(gate_up, down, x)
+    assert torch.allclose(after, before, rtol=1e-12, atol=1e-12)  # the same sums, added in another order
+    assert not pad_mlp(gate_up, down)  # aligned now: left alone
+
+
+def test_an_aligned_or_unpaired_mlp_is_left_alone():
+    gate_up, down = _mlp(hidden=40, width=128)
+    assert not pad_mlp(gate_up, down) and down.weight.shape == (40, 128)
+    gate_up = torch.nn.Linear(40, 100, dtype=torch.float64)  # not a [gate; up] pair for this width
+    assert not pad_mlp(gate_up, torch.nn.Linear(100, 40, dtype=torch.float64))
+
+
+def test_a_model_without_vision_blocks_is_named():
+    done = align_vision_mlps(torch.nn.Linear(2, 2))
+    assert done["padded"] == 0 and "no vision blocks" in done["skipped"]
