@@ -4,7 +4,8 @@ Qwen2.5-VL's vision blocks have an MLP 3420 wide, which is not a multiple of 8. 
 projection multiplies activations 3420 wide, and CUDA picks a GEMM for 2-element alignment. On one
 H200 (vLLM 0.24, 7B shapes, 64 episodes of 16 frames at 256x256) that kernel took 207 ms of the
 vision tower's 947 ms of GPU time. The tower's other GEMMs ran 4x faster per FLOP
-(docs/bench/h200_2026-11-26_issue40_round3/, `reward_tools.gpu_trace`).
+(docs/bench/h200_2026-11-26_issue40_round3/, `reward_tools.gpu_trace`). Padded, the encoder took
+766 ms and the hook path 0.92x the time (1.97 against 2.13 s), with the same greedy answers.
 
 The padding does not change what the MLP computes. The gate and up projections get zero rows,
 their bias zero entries, so the padded channels are silu(0) * 0 = 0. The down projection gets zero
