@@ -11,6 +11,7 @@ from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error
 from reward_client.progress import ProgressPointsError
 from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
 from reward_server.core.admission import Overloaded, TooMuchForServer
+from reward_server.core.service import DeadlineExceeded, NotReady
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed
 from reward_server.media.decode_pool import WorkerDied
 from reward_server.media.decoded_budget import DecodedTooLarge
@@ -19,15 +20,11 @@ from reward_server.media.images import ImageError, ImageTooLarge
 from reward_server.media.paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
 from reward_server.media.video import VideoError, VideoTooLarge
 from reward_server.profiles import UnknownBackend, UnsupportedOption
-from reward_server.request_errors import BodyTimeout, BodyTooLarge, ClientGone, FieldError, LengthRequired
+from reward_server.request_errors import BadRequest, BodyTimeout, BodyTooLarge, ClientGone, FieldError, LengthRequired
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
-
-
-class BadRequest(FieldError, ValueError):
-    """The request cannot be served as sent; the message says what to change."""
 
 
 class UnsupportedMediaType(ValueError):
@@ -35,18 +32,6 @@ class UnsupportedMediaType(ValueError):
 
 
 class Unauthorized(PermissionError):
-    pass
-
-
-class NotReady(RuntimeError):
-    """The server is loading, draining or failed."""
-
-    def __init__(self, status: str, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class DeadlineExceeded(TimeoutError):
     pass
 
 

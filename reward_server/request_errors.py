@@ -46,3 +46,7 @@ class BodyTimeout(Exception):
 
 class ClientGone(ConnectionError):
     """The client disconnected before its answer was ready."""
+
+
+class BadRequest(FieldError, ValueError):
+    """The request cannot be served as sent; the message says what to change."""

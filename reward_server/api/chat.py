@@ -39,6 +39,7 @@ from reward_client.openai_chat import (
     Usage,
     is_neutral,
 )
+from reward_server.api.request_body import RequestBody
 from reward_server.core.service import RewardService
 from reward_server.engines.io import (
     ChatPrompt,
@@ -52,7 +53,6 @@ from reward_server.engines.io import (
     VideoPart,
 )
 from reward_server.errors import BadRequest, NotFound, TooManyImages
-from reward_server.http.body import BodyReader
 from reward_server.media.decoded_budget import DecodedTooLarge
 from reward_server.media.decoding import ChatMedia, InvalidBody, parse_chat_json
 from reward_server.media.images import MediaRef
@@ -136,7 +136,7 @@ class ChatCompletions:
         self.service.require_ready()  # a client waiting for /v1/models waits for the engine
         return ModelList(data=[ModelCard(id=self.model_name, created=self.created)])
 
-    async def complete(self, reader: BodyReader, started: float) -> ChatCompletionResponse:
+    async def complete(self, reader: RequestBody, started: float) -> ChatCompletionResponse:
         body = await reader.read_all()
         try:
             req: ChatCompletionRequest = await self.service.preparer.parse(parse_chat_json, body)

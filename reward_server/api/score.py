@@ -28,10 +28,10 @@ from reward_client.protocol import (
     ScoreResponse,
     Timings,
 )
+from reward_server.api.request_body import RequestBody
 from reward_server.core.service import RewardService
 from reward_server.engines.base import EngineDead
 from reward_server.errors import BadRequest, NotReady, classify
-from reward_server.http.body import BodyReader
 from reward_server.media.decoding import (
     InvalidBody,
     Source,
@@ -83,7 +83,7 @@ class EpisodeScoring:
 
     # --- routes -------------------------------------------------------------------------------
 
-    async def score_json(self, reader: BodyReader, started: float) -> ScoreResponse:
+    async def score_json(self, reader: RequestBody, started: float) -> ScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
         source = await self.preparer.parse(parse_score_json, body)
@@ -95,7 +95,7 @@ class EpisodeScoring:
             raise result
         return result
 
-    async def score_batch_json(self, reader: BodyReader, started: float) -> BatchScoreResponse:
+    async def score_batch_json(self, reader: RequestBody, started: float) -> BatchScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
         sources = await self.preparer.parse(parse_batch_json, body)
@@ -105,7 +105,7 @@ class EpisodeScoring:
         ]
         return await self._score_many(work, started)
 
-    async def score_batch_raw(self, reader: BodyReader, started: float) -> BatchScoreResponse:
+    async def score_batch_raw(self, reader: RequestBody, started: float) -> BatchScoreResponse:
         """Episodes start as soon as their own bytes have arrived, while the rest still streams in."""
         assert reader.length is not None
         try:

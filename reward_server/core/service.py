@@ -24,16 +24,29 @@ from reward_server.core.admission import Admission, WorkKind
 from reward_server.core.metrics import Metrics
 from reward_server.core.warmup import WarmupReport, warm_up
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
-from reward_server.errors import BadRequest, DeadlineExceeded, NotReady
 from reward_server.media.decode_pool import DecodePool, PoolBudget
 from reward_server.media.decoded_budget import DecodedBudget
 from reward_server.media.decoding import Preparer
 from reward_server.media.memory_release import Reclaimer, freeze_startup_heap
 from reward_server.media.video import DecodeLimits
 from reward_server.profiles import Profile
+from reward_server.request_errors import BadRequest
 from reward_server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
+
+
+class NotReady(RuntimeError):
+    """The server is loading, draining or failed."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class DeadlineExceeded(TimeoutError):
+    """The request's deadline passed before its answer was ready."""
+
 
 # The client's deadline for the request being handled (DEADLINE_HEADER), set by the HTTP layer.
 _CLIENT_DEADLINE_S: contextvars.ContextVar[float | None] = contextvars.ContextVar("client_deadline_s", default=None)
