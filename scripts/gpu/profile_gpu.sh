@@ -3,7 +3,7 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1|curves|ab     results under $RES, packed into $OUT
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1|curves|curves_spy|ab     results under $RES, packed into $OUT
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
@@ -17,6 +17,7 @@
 #            stacks per thread), to see what holds the interpreter.
 # curves:    progress curves K = 1, 8, 16 (reward_tools.bench_curves, CURVE_REPEATS, default 4),
 #            every repeat's phases (why repeats differ).
+# curves_spy: curves K = 1, 8 on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16") on the hook path, STYLES (logprob), median of REPEATS (3), one
 #            server per row in turn, then the rows again in the same order (AB_ROUNDS, default 2),
@@ -125,6 +126,29 @@ case "${1:?primo, primo_raw, k1_raw, k1, curves or ab}" in
     python3 -m reward_tools.curves_table "$RES/curves.json" | tee "$RES/curves_table.md"
     python3 -m reward_tools.steps_report "$RES/curves.json" "$steps" --out "$RES/curves_phases.json" \
       | tee "$RES/curves_phases.md"
+    ;;
+  curves_spy)
+    # curves K = 1 and 8 on a server of CURVE_FLAGS with py-spy on the server and its engine core
+    # while the benchmark runs (why a setting changes curves: which thread got busier)
+    name=${SPY_NAME:-curves_spy}
+    url=http://127.0.0.1:18080
+    # shellcheck disable=SC2086  # flag lists
+    python3 -m reward_server $COMMON ${CURVE_FLAGS:-} --warmup-batch "$N" --engine-option step_log="$RES/${name}_steps.jsonl" \
+      --port 18080 >"$RES/$name.server.log" 2>&1 &
+    pid=$!
+    wait_server $url $pid 900 || { tail -20 "$RES/$name.server.log"; exit 1; }
+    py-spy record --pid $pid --subprocesses --threads --rate 250 --format raw --nonblocking \
+      -o "$RES/${name}.txt" >"$RES/${name}_pyspy.log" 2>&1 &
+    spy=$!
+    sleep 2
+    python3 -m reward_tools.bench_curves --url $url --n "$N" --points 1 8 --repeats "${CURVE_REPEATS:-3}" --no-plain \
+      --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+    kill -INT $spy 2>/dev/null || true
+    wait $spy 2>/dev/null || true
+    kill -TERM $pid 2>/dev/null || true
+    wait $pid 2>/dev/null || true
+    python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"
+    python3 -m reward_tools.spy_report "$RES/$name.txt" --top 4 | tee "$RES/${name}_report.md"
     ;;
   ab)
     IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"

@@ -7,19 +7,23 @@
 # then on the device:
 #   run(carry=[".vx/p1"]):          bash scripts/gpu/stage_vllm.sh 1
 #   run(carry=[".vx/p2"]):          bash scripts/gpu/stage_vllm.sh 2
+#   run(carry=[".vx/xa"]):          bash scripts/gpu/stage_vllm.sh 2x   (av: .vx/x with it outgrew a carry)
 #   run(carry=[".vx/p3", ".vx/x"]): bash scripts/gpu/stage_vllm.sh 3 && <the measurement>
 # Step 3 installs into /tmp/site and writes the random-weight 7B-shaped checkpoint to /tmp/ckpt7b.
 set -euo pipefail
 case "${1:?1, 2 or 3}" in
   1) mkdir -p /tmp/stage && cp -r .vx/p1/* /tmp/stage/ ;;
   2) cp -r .vx/p2/* /tmp/stage/ ;;
+  2x) mkdir -p /tmp/stage_x && cp .vx/xa/*.whl /tmp/stage_x/ ;;  # wheels too large to travel with step 3 (av)
   3)
     cp -r .vx/p3/* /tmp/stage/
     bash .vx/p3/device_install.sh
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .vx/x/*.whl
+    # shellcheck disable=SC2046  # wheel lists
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .vx/x/*.whl \
+      $(ls /tmp/stage_x/*.whl 2>/dev/null)
     export PYTHONPATH=/tmp/site:$PWD
     [ -f /tmp/ckpt7b/config.json ] || python3 -m reward_server.tiny_checkpoint /tmp/ckpt7b --preset qwen2_5_vl_7b >/dev/null
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     ;;
-  *) echo "stage 1, 2 or 3" >&2; exit 2 ;;
+  *) echo "stage 1, 2, 2x or 3" >&2; exit 2 ;;
 esac
