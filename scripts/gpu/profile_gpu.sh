@@ -80,7 +80,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
 
-case "${1:?primo, primo_raw, k1_raw, k1, curves or ab}" in
+case "${1:?primo, primo_raw, k1_raw, k1_trace, k1, curves, curves_spy or ab}" in
   primo)
     serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 --warmup-batch $N" --styles gen1 gen256 gen1024 \
       --repeats "${REPEATS:-3}"
