@@ -47,3 +47,24 @@ def test_an_aligned_or_unpaired_mlp_is_left_alone():
 def test_a_model_without_vision_blocks_is_named():
     done = align_vision_mlps(torch.nn.Linear(2, 2))
     assert done["padded"] == 0 and "no vision blocks" in done["skipped"]
+
+
+def test_each_tensor_parallel_slice_padded_on_its_own_sums_to_the_same():
+    """With tensor parallelism each worker holds [gate slice; up slice] and the matching columns of
+    the down projection, and pads its own slice; the all-reduced sum is the unpadded MLP's output."""
+    hidden, width, ranks = 40, 100, 2
+    gate_up, down = _mlp(hidden, width, bias=False)
+    x = torch.randn(5, hidden, dtype=torch.float64)
+    whole = _forward(gate_up, down, x)
+    share = width // ranks
+    total = torch.zeros_like(whole)
+    for rank in range(ranks):
+        cols = slice(rank * share, (rank + 1) * share)
+        local_gate_up = torch.nn.Linear(hidden, 2 * share, bias=False, dtype=torch.float64)
+        local_down = torch.nn.Linear(share, hidden, bias=False, dtype=torch.float64)
+        with torch.no_grad():  # vLLM's MergedColumnParallelLinear / RowParallelLinear layout
+            local_gate_up.weight.copy_(torch.cat([gate_up.weight[:width][cols], gate_up.weight[width:][cols]]))
+            local_down.weight.copy_(down.weight[:, cols])
+        assert pad_mlp(local_gate_up, local_down) and local_down.weight.shape == (hidden, 64)
+        total += _forward(local_gate_up, local_down, x)
+    assert torch.allclose(total, whole, rtol=1e-12, atol=1e-12)
