@@ -20,7 +20,7 @@ import gzip
 import json
 import logging
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,8 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def _union_ms(spans: list[tuple[float, float]]) -> tuple[float, list[float]]:
-    """The covered length of (start, end) spans in microseconds, and the gaps between them (ms)."""
+    """The covered length of (start, end) spans given in microseconds, and the gaps between them,
+    both in ms."""
     covered, gaps = 0.0, []
     current_start = current_end = None
     for start, end in sorted(spans):
@@ -94,8 +95,9 @@ class _Intervals:
     """The encoder's CPU calls per (pid, tid), for asking whether a launch happened inside one."""
 
     def __init__(self, spans: dict[tuple, list[tuple[float, float]]]):
-        self._starts = {key: [s for s, _ in sorted(v)] for key, v in spans.items()}
-        self._ends = {key: [e for _, e in sorted(v)] for key, v in spans.items()}
+        ordered = {key: sorted(v) for key, v in spans.items()}
+        self._starts = {key: [s for s, _ in v] for key, v in ordered.items()}
+        self._ends = {key: [e for _, e in v] for key, v in ordered.items()}
 
     def contains(self, key: tuple, ts: float) -> bool:
         starts = self._starts.get(key)
@@ -103,6 +105,28 @@ class _Intervals:
             return False
         i = bisect.bisect_right(starts, ts) - 1
         return i >= 0 and ts <= self._ends[key][i]
+
+
+class _KernelTally:
+    """Kernel time and launches per kernel name."""
+
+    def __init__(self) -> None:
+        self.ms: Counter[str] = Counter()
+        self.count: Counter[str] = Counter()
+
+    def add(self, kernel: dict[str, Any]) -> None:
+        name = kernel.get("name", "?")
+        self.ms[name] += kernel.get("dur", 0) / 1000
+        self.count[name] += 1
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.ms.values())
+
+    def ranked(self, top: int) -> list[dict[str, Any]]:
+        return [
+            {"name": name[:100], "ms": round(ms, 3), "count": self.count[name]} for name, ms in self.ms.most_common(top)
+        ]
 
 
 def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: int = 8) -> TraceReport:
@@ -123,34 +147,23 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
     spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu]
     busy_ms, gaps = _union_ms(spans)
     window_ms = (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000
-    kernel_ms = encoder_ms = memcpy_ms = 0.0
-    per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    per_encoder_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    memcpy_ms = sum(e.get("dur", 0) for e in gpu if e["cat"] != "kernel") / 1000
+    every, encoder_only = _KernelTally(), _KernelTally()
     for e in gpu:
-        dur = e.get("dur", 0) / 1000
         if e["cat"] != "kernel":
-            memcpy_ms += dur
             continue
-        kernel_ms += dur
-        per_name[e.get("name", "?")][0] += dur
-        per_name[e.get("name", "?")][1] += 1
+        every.add(e)
         launch = launches.get(e.get("args", {}).get("correlation"))
         if launch is not None and encoder.contains(launch[:2], launch[2]):
-            encoder_ms += dur
-            per_encoder_name[e.get("name", "?")][0] += dur
-            per_encoder_name[e.get("name", "?")][1] += 1
+            encoder_only.add(e)
     long_gaps = sorted((g for g in gaps if g >= GAP_MS), reverse=True)
-
-    def ranked(names: dict[str, list[float]]) -> list[dict[str, Any]]:
-        best = sorted(names.items(), key=lambda kv: -kv[1][0])[:top]
-        return [{"name": name[:100], "ms": round(ms, 3), "count": n} for name, (ms, n) in best]
 
     return TraceReport(
         files=files or [],
         window_ms=round(window_ms, 3),
         busy_ms=round(busy_ms, 3),
-        kernel_ms=round(kernel_ms, 3),
-        encoder_kernel_ms=round(encoder_ms, 3),
+        kernel_ms=round(every.total_ms, 3),
+        encoder_kernel_ms=round(encoder_only.total_ms, 3),
         encoder_cpu_ms=round(sum(e - s for v in encoder_spans.values() for s, e in v) / 1000, 3),
         encoder_calls=sum(len(v) for v in encoder_spans.values()),
         memcpy_ms=round(memcpy_ms, 3),
@@ -158,8 +171,8 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         gaps=len(long_gaps),
         gaps_ms=round(sum(long_gaps), 3),
         largest_gaps_ms=[round(g, 3) for g in long_gaps[:5]],
-        top_kernels=ranked(per_name),
-        top_encoder_kernels=ranked(per_encoder_name),
+        top_kernels=every.ranked(top),
+        top_encoder_kernels=encoder_only.ranked(top),
     )
 
 
