@@ -58,24 +58,23 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
         logger.info("%s: %s", method, llm.collective_rpc(method))
     results = []
     episodes = Episodes(frames, size)
+
+    def batch_s(n: int, style: str) -> float:
+        """One batch of n episodes never sent before, prepared outside the timing; the engine call's seconds."""
+        prepared = [engine.prepare(r) for r in requests(episodes, n, style, backend)]
+        started = time.perf_counter()
+        llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
+        return time.perf_counter() - started
+
     for style in styles:
-        warm = [engine.prepare(r) for r in requests(episodes, max(ns), style, backend)]  # unmeasured, own episodes
-        llm.generate([p for p, _ in warm], [s for _, s in warm], use_tqdm=False)
+        batch_s(max(ns), style)  # unmeasured warm-up
         for n in ns:
-            walls = []
-            for _ in range(repeats):
-                prepared = [engine.prepare(r) for r in requests(episodes, n, style, backend)]  # new episodes each time
-                started = time.perf_counter()
-                llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
-                walls.append(time.perf_counter() - started)
+            walls = [batch_s(n, style) for _ in range(repeats)]
             wall = statistics.median(walls)
             results.append({"style": style, "n": n, "wall_s": wall, "episodes_per_s": n / wall, "repeats_s": walls})
             if profile_dir is not None:  # one more batch, traced, outside the median (the profiler slows the CPU)
-                prepared = [engine.prepare(r) for r in requests(episodes, n, style, backend)]
                 llm.start_profile(profile_prefix=f"{style}_n{n}")
-                started = time.perf_counter()
-                llm.generate([p for p, _ in prepared], [s for _, s in prepared], use_tqdm=False)
-                results[-1]["profiled_wall_s"] = time.perf_counter() - started
+                results[-1]["profiled_wall_s"] = batch_s(n, style)
                 llm.stop_profile()
             logger.info("%s", results[-1])
     return results
