@@ -45,33 +45,52 @@ wait_server() {  # url, pid, seconds: /health ok, or fail as soon as the server 
   echo "not ready: $1" >&2; return 1
 }
 
-serve_bench() {  # name, server flags, bench arguments...: one server, one bench, its phases
-  local name=$1 flags=$2 url=http://127.0.0.1:18080 pid
-  shift 2
-  local steps="$RES/${name}_steps.jsonl"
-  rm -f "$steps"
+URL=http://127.0.0.1:18080
+SERVER_PID="" SPY_PID=""
+
+server_up() {  # name, server flags: a server on $URL logging its engine steps to $RES/NAME_steps.jsonl
+  local name=$1 flags=$2
+  rm -f "$RES/${name}_steps.jsonl"
   # shellcheck disable=SC2086  # flag lists
-  python3 -m reward_server $COMMON $flags --engine-option step_log="$steps" --port 18080 >"$RES/$name.server.log" 2>&1 &
-  pid=$!
-  if ! wait_server $url $pid 900; then tail -20 "$RES/$name.server.log"; return 0; fi
-  local spy=""
-  if [ -n "${SPY:-}" ]; then  # sampled from now until the bench ends (warm-up batch included)
-    py-spy record --pid $pid --subprocesses --threads --rate 250 --format raw --nonblocking \
-      -o "$RES/${name}_spy.txt" >"$RES/${name}_spy.log" 2>&1 &
-    spy=$!
-    sleep 2
-  fi
-  python3 -m reward_tools.bench --url $url --paths hook_raw --n "$N" "$@" --out "$RES/$name.json" \
+  python3 -m reward_server $COMMON $flags --engine-option step_log="$RES/${name}_steps.jsonl" --port 18080 \
+    >"$RES/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  wait_server $URL $SERVER_PID 900 || { tail -20 "$RES/$name.server.log"; return 1; }
+}
+
+spy_up() {  # out file: py-spy samples the server and its engine core from now until spy_down
+  py-spy record --pid "$SERVER_PID" --subprocesses --threads --rate 250 --format raw --nonblocking \
+    -o "$1" >"${1%.txt}_pyspy.log" 2>&1 &
+  SPY_PID=$!
+  sleep 2
+}
+
+spy_down() {
+  if [ -n "$SPY_PID" ]; then kill -INT "$SPY_PID" 2>/dev/null || true; wait "$SPY_PID" 2>/dev/null || true; fi
+  SPY_PID=""
+}
+
+server_down() {
+  kill -TERM "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+}
+
+serve_bench() {  # name, server flags, bench arguments...: one server, one bench, its phases
+  local name=$1 flags=$2
+  shift 2
+  server_up "$name" "$flags" || return 0
+  # SPY=1: sampled from now until the bench ends (warm-up batch included)
+  if [ -n "${SPY:-}" ]; then spy_up "$RES/${name}_spy.txt"; fi
+  python3 -m reward_tools.bench --url $URL --paths hook_raw --n "$N" "$@" --out "$RES/$name.json" \
     >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
   if [ -n "${FIDELITY_GEN:-}" ]; then  # the same episodes' answers (exact K greedy tokens), for a side-by-side
-    python3 -m reward_tools.fidelity scores --url $url --n "$N" --gen-tokens "$FIDELITY_GEN" \
+    python3 -m reward_tools.fidelity scores --url $URL --n "$N" --gen-tokens "$FIDELITY_GEN" \
       --out "$RES/${name}_answers.json" >/dev/null 2>>"$RES/$name.log" || echo "$name: no answers"
   fi
-  if [ -n "$spy" ]; then kill -INT $spy 2>/dev/null || true; wait $spy 2>/dev/null || true; fi
-  kill -TERM $pid 2>/dev/null || true
-  wait $pid 2>/dev/null || true
+  spy_down
+  server_down
   [ -f "$RES/$name.json" ] || { tail -20 "$RES/$name.log"; return 0; }
-  python3 -m reward_tools.steps_report "$RES/$name.json" "$steps" --decode-tokens "${DECODE:-256}" \
+  python3 -m reward_tools.steps_report "$RES/$name.json" "$RES/${name}_steps.jsonl" --decode-tokens "${DECODE:-256}" \
     --out "$RES/${name}_phases.json" >"$RES/${name}_phases.md"
   echo "## $name ($flags)"; cat "$RES/${name}_phases.md"
 }
@@ -131,22 +150,12 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1, curves, curves_spy or ab}" in
     # curves K = 1 and 8 on a server of CURVE_FLAGS with py-spy on the server and its engine core
     # while the benchmark runs (why a setting changes curves: which thread got busier)
     name=${SPY_NAME:-curves_spy}
-    url=http://127.0.0.1:18080
-    # shellcheck disable=SC2086  # flag lists
-    python3 -m reward_server $COMMON ${CURVE_FLAGS:-} --warmup-batch "$N" --engine-option step_log="$RES/${name}_steps.jsonl" \
-      --port 18080 >"$RES/$name.server.log" 2>&1 &
-    pid=$!
-    wait_server $url $pid 900 || { tail -20 "$RES/$name.server.log"; exit 1; }
-    py-spy record --pid $pid --subprocesses --threads --rate 250 --format raw --nonblocking \
-      -o "$RES/${name}.txt" >"$RES/${name}_pyspy.log" 2>&1 &
-    spy=$!
-    sleep 2
-    python3 -m reward_tools.bench_curves --url $url --n "$N" --points 1 8 --repeats "${CURVE_REPEATS:-3}" --no-plain \
+    server_up "$name" "${CURVE_FLAGS:-} --warmup-batch $N" || exit 1
+    spy_up "$RES/$name.txt"
+    python3 -m reward_tools.bench_curves --url $URL --n "$N" --points 1 8 --repeats "${CURVE_REPEATS:-3}" --no-plain \
       --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
-    kill -INT $spy 2>/dev/null || true
-    wait $spy 2>/dev/null || true
-    kill -TERM $pid 2>/dev/null || true
-    wait $pid 2>/dev/null || true
+    spy_down
+    server_down
     python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"
     python3 -m reward_tools.spy_report "$RES/$name.txt" --top 4 | tee "$RES/${name}_report.md"
     ;;
