@@ -10,7 +10,7 @@ def event_dir(run_dir: Path) -> Path:
     tb = run_dir / "tensorboard"
     root = tb if tb.is_dir() else run_dir
     if not any(root.rglob("events.out.tfevents.*")):
-        raise SystemExit(f"compare_runs: no TensorBoard event files under {run_dir}")
+        raise SystemExit(f"no TensorBoard event files under {run_dir} (RLinf writes them under the run's tensorboard/)")
     return root
 
 
