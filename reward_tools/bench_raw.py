@@ -54,8 +54,8 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
         os.environ.setdefault("VLLM_CUSTOM_SCOPES_FOR_PROFILING", "1")
         kwargs["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(profile_dir.resolve())}
     llm = LLM(**kwargs)
-    for method in engine.worker_methods():  # as the server's engine does after start
-        logger.info("%s: %s", method, llm.collective_rpc(method))
+    for method, args in engine.worker_calls():  # as the server's engine does after start
+        engine.workers_answered(method, llm.collective_rpc(method, args=args))
     results = []
     episodes = Episodes(frames, size)
 

