@@ -9,7 +9,9 @@ that holds GPU work. The hook path's floor is the GPU's own busy time: what the 
 need however fast the front end is (issue 40).
 
 Kernels are attributed to the vision encoder when the CPU call that launched them (matched by the
-profiler's correlation id) ran inside vLLM's model-runner method `_execute_mm_encoder`.
+profiler's correlation id) ran inside vLLM's model-runner method `_execute_mm_encoder`. Each of the
+largest gaps is named by what the thread that launched the next GPU work was doing in its middle:
+the innermost Python function spanning it (vLLM's traces record Python calls with their stacks).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class TraceReport:
     gaps: int  # idle stretches of at least GAP_MS
     gaps_ms: float
     largest_gaps_ms: list[float] = field(default_factory=list)
+    # the largest gaps with the launching thread's innermost Python function at their middle
+    gap_causes: list[dict[str, Any]] = field(default_factory=list)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     top_encoder_kernels: list[dict[str, Any]] = field(default_factory=list)
 
@@ -73,16 +77,16 @@ def trace_files(path: Path) -> list[Path]:
     return files
 
 
-def _union_ms(spans: list[tuple[float, float]]) -> tuple[float, list[float]]:
-    """The covered length of (start, end) spans given in microseconds, and the gaps between them,
-    both in ms."""
+def _union_ms(spans: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
+    """The covered length in ms of (start, end) spans given in microseconds, and the gaps between
+    them as (start, end) in microseconds."""
     covered, gaps = 0.0, []
     current_start = current_end = None
     for start, end in sorted(spans):
         if current_end is None or start > current_end:
             if current_end is not None:
                 covered += current_end - current_start
-                gaps.append((start - current_end) / 1000)
+                gaps.append((current_end, start))
             current_start, current_end = start, end
         else:
             current_end = max(current_end, end)
@@ -105,6 +109,39 @@ class _Intervals:
             return False
         i = bisect.bisect_right(starts, ts) - 1
         return i >= 0 and ts <= self._ends[key][i]
+
+
+Events = list[dict[str, Any]]
+
+
+def _gap_causes(events: Events, gpu: Events, launches: dict, gaps: list[tuple[float, float]], origin: float) -> Events:
+    """For each gap, the innermost Python function of the thread that launched the GPU work right
+    after it, at the gap's middle ("?" where the trace has no Python calls there)."""
+    starts = sorted((e["ts"], e.get("args", {}).get("correlation")) for e in gpu)
+    functions: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "python_function":
+            functions[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e.get("dur", 0), e.get("name", "?")))
+    out = []
+    for begin, end in gaps:
+        middle = (begin + end) / 2
+        i = bisect.bisect_left(starts, (end,))
+        launch = launches.get(starts[i][1]) if i < len(starts) else None
+        spanning = [f for f in functions.get(launch[:2], []) if f[0] <= middle <= f[1]] if launch else []
+        out.append(
+            {"ms": round((end - begin) / 1000, 3), "at_ms": round((begin - origin) / 1000, 3), "cpu": _name(spanning)}
+        )
+    return out
+
+
+def _name(spanning: list[tuple[float, float, str]]) -> str:
+    """The innermost Python frame of these nested calls, and the built-in it was in, if any."""
+    if not spanning:
+        return "?"
+    inner = sorted(spanning, key=lambda f: f[1] - f[0])
+    frame = next((name for _, _, name in inner if ".py(" in name), inner[0][2])
+    builtin = inner[0][2].split(" at 0x")[0]
+    return frame if builtin == frame else f"{frame} > {builtin}"
 
 
 class _KernelTally:
@@ -156,7 +193,9 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         launch = launches.get(e.get("args", {}).get("correlation"))
         if launch is not None and encoder.contains(launch[:2], launch[2]):
             encoder_only.add(e)
-    long_gaps = sorted((g for g in gaps if g >= GAP_MS), reverse=True)
+    long_gaps = sorted((g for g in gaps if (g[1] - g[0]) / 1000 >= GAP_MS), key=lambda g: g[0] - g[1])
+    origin = min(start for start, _ in spans)
+    causes = _gap_causes(events, gpu, launches, long_gaps[:5], origin)  # at_ms: from the window's start
 
     return TraceReport(
         files=files or [],
@@ -169,8 +208,9 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         memcpy_ms=round(memcpy_ms, 3),
         idle_ms=round(window_ms - busy_ms, 3),
         gaps=len(long_gaps),
-        gaps_ms=round(sum(long_gaps), 3),
-        largest_gaps_ms=[round(g, 3) for g in long_gaps[:5]],
+        gaps_ms=round(sum(e - b for b, e in long_gaps) / 1000, 3),
+        largest_gaps_ms=[cause["ms"] for cause in causes],
+        gap_causes=causes,
         top_kernels=every.ranked(top),
         top_encoder_kernels=encoder_only.ranked(top),
     )
@@ -185,6 +225,11 @@ def render(report: TraceReport) -> str:
         f"({report.encoder_calls} calls, {report.encoder_cpu_ms:.1f} ms of CPU in them); "
         f"copies {report.memcpy_ms:.1f} ms",
     ]
+    if report.gap_causes:
+        lines += ["", "| largest gaps | ms | at ms | the launching thread's innermost Python call |"]
+        lines += ["|---|---|---|---|"]
+        for n, c in enumerate(report.gap_causes, 1):
+            lines.append(f"| {n} | {c['ms']:.1f} | {c['at_ms']:.1f} | `{c['cpu']}` |")
     for title, kernels in (("all kernels", report.top_kernels), ("the vision encoder's", report.top_encoder_kernels)):
         lines += ["", f"| {title} | ms | count |", "|---|---|---|"]
         lines += [f"| `{k['name']}` | {k['ms']:.1f} | {k['count']} |" for k in kernels]

@@ -401,10 +401,10 @@ class VllmEngine(Engine):
         return [method for on, method in wanted if on]
 
     def normalizes_on_device(self) -> bool:
-        """Whether our workers normalize uint8 pixels (vllm_pixel_norm): asked for with
-        `--engine-option normalize_on_device=true`, and this vLLM has no switch of its own for it
-        (`mm_device_do_normalize`) or the user turned that off."""
-        if not option_value(self.config.options.get(NORM, False)):
+        """Whether our workers normalize uint8 pixels (vllm_pixel_norm): on GPUs unless
+        `--engine-option normalize_on_device=false`, and only where this vLLM has no switch of its
+        own for it (`mm_device_do_normalize`) or the user turned that off."""
+        if not self._on_gpus_unless(NORM):
             return False
         if _engine_arg_known(VLLM_SWITCH):
             return option_value(self.config.options.get(VLLM_SWITCH, True)) is False

@@ -51,6 +51,27 @@ def test_busy_time_encoder_share_and_gaps(tmp_path):
         _kernel(2, "vit_attn", 1300, 300),  # overlaps the first on another stream: busy counts it once
         _kernel(3, "llm_gemm", 5000, 2000, stream=8),  # after 3.4 ms idle
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 7000, "dur": 500},
+        # what the launching thread did during the gap (1600-5000 us): a concatenation inside vLLM's batching
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "inputs.py(535): _reduce_data",
+            "pid": 7,
+            "tid": 1,
+            "ts": 1500,
+            "dur": 3000,
+        },
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "<built-in method concat of type object at 0x7f>",
+            "pid": 7,
+            "tid": 1,
+            "ts": 1600,
+            "dur": 2900,
+        },
+        {"ph": "X", "cat": "python_function", "name": "core.py(1): step", "pid": 7, "tid": 1, "ts": 0, "dur": 9000},
+        {"ph": "X", "cat": "python_function", "name": "other.py(1): idle", "pid": 7, "tid": 2, "ts": 3000, "dur": 100},
     ]
     path = tmp_path / "worker.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
@@ -64,6 +85,13 @@ def test_busy_time_encoder_share_and_gaps(tmp_path):
     assert report["kernel_ms"] == pytest.approx(2.7) and report["memcpy_ms"] == pytest.approx(0.5)
     assert report["encoder_kernel_ms"] == pytest.approx(0.7) and report["encoder_calls"] == 1
     assert [k["name"] for k in report["top_kernels"]] == ["llm_gemm", "vit_gemm", "vit_attn"]
+    (gap,) = report["gap_causes"]  # named by the thread that launched kernel 3, innermost frame first
+    assert gap == {
+        "ms": pytest.approx(3.4),
+        "at_ms": pytest.approx(0.6),
+        "cpu": "inputs.py(535): _reduce_data > <built-in method concat of type object",
+    }
+    assert report["largest_gaps_ms"] == [pytest.approx(3.4)]
 
 
 def test_a_trace_without_gpu_work_is_named(tmp_path, capsys):
