@@ -6,9 +6,11 @@ installed vLLM before an engine is built.
   fidelity against bf16 (`python -m reward_tools.fidelity`) before training on them.
 - `--compile-mm-encoder` / `--cudagraph-mm-encoder`: vLLM's compilation-config switches that
   torch.compile the vision encoder and capture it in CUDA graphs (newer vLLM releases only).
-  The CUDA-graph switch crashes vLLM 0.24 on Qwen2.5-VL video at the first batch (a padded
-  sequence-length buffer of the wrong size in its qwen2_5_vl model), so no preset or benchmark
-  default turns it on.
+  The CUDA-graph switch crashes vLLM 0.24 on Qwen2.5-VL video at the first batch: it sizes the
+  graphs' frame buffers from its largest-frame video, and a batch of small 16-frame episodes holds
+  more frames. With `encoder_cudagraph_max_frames_per_batch` raised in `compilation_config` it
+  runs, but slower on an H200 (docs/bench/h200_2026-11-27_issue40_round4/), so no preset or
+  benchmark default turns it on.
 
 Each flag becomes the engine option vLLM's `AsyncEngineArgs` takes (`quantization`,
 `kv_cache_dtype`, `compilation_config`), merged with what `--engine-option` says; giving the same
