@@ -20,12 +20,13 @@ if it fails, or the image and video processors disagree on their constants, this
 the reason logged. Skipped in the worker, with the reason, when the encoder runs in CUDA graphs
 (their replays copy pixels past the wrapper) or vLLM's tower normalizes uint8 itself.
 
-Measured on one H200 (vLLM 0.24, 7B shapes, 64 episodes of 16 frames at 256x256; the hook path,
-docs/bench/h200_2026-11-27_issue40_round4/): input processing per episode 85 -> 39 ms (mean);
-K = 1 1.75 -> 1.70 s and 1.83 -> 1.76 s with `--compile-mm-encoder` (two rounds), 2.02 -> 1.99 s
-without; curves with the compiled encoder 1.76 / 3.16 / 6.45 -> 1.72 / 2.87 / 5.73 s (K = 1 / 8 /
-16); PRIMO-R1 unchanged. Greedy answers of 64 episodes: 64 of 64 the same. So it is on by default
-on GPUs; `--engine-option normalize_on_device=false` turns it off.
+Measured on H200s (vLLM 0.24, 7B shapes, 64 episodes of 16 frames at 256x256; the hook path,
+docs/bench/h200_2026-11-27_issue40_round4/, rows side by side on one machine): input processing
+per episode 72-85 -> 39-44 ms (mean); K = 1 2.10 -> 1.94 s with the defaults (`m4`), and with
+`--compile-mm-encoder` 1.82 -> 1.74 s (`m2`, median of two rounds of 5); curves with the compiled
+encoder 1.76 / 3.16 / 6.45 -> 1.72 / 2.87 / 5.73 s (K = 1 / 8 / 16); PRIMO-R1 unchanged. Greedy
+answers of 64 episodes: 64 (compiled) and 63 (defaults) of 64 the same. So it is on by default on
+GPUs; `--engine-option normalize_on_device=false` turns it off.
 
 vLLM 0.32 and later do the same themselves (`mm_device_do_normalize`, on by default for the models
 that support it). There this module steps aside: it runs only where vLLM has no such switch, or
@@ -77,18 +78,31 @@ def processor_constants(processor: Any) -> Constants | str:
     return found[0]
 
 
-def normalize(patches: Any, constants: Constants) -> Any:
-    """uint8 patches (patches, channels * rest), channel-major as Qwen2-VL's processors flatten
-    them, as the processor's float32 output: (x - sub[c]) / div[c]."""
-    import torch
+class Normalization:
+    """The constants as float32 tensors on one device, made once: a tensor built from a Python list
+    on the GPU is a synchronous copy, which the vision tower's calls should not wait for."""
 
-    sub, div = constants
-    channels = len(sub)
-    rows, width = patches.shape
-    x = patches.reshape(rows, channels, width // channels).to(torch.float32)
-    sub_t = torch.tensor(sub, dtype=torch.float32, device=x.device).view(1, channels, 1)
-    div_t = torch.tensor(div, dtype=torch.float32, device=x.device).view(1, channels, 1)
-    return ((x - sub_t) / div_t).reshape(rows, width)
+    def __init__(self, constants: Constants, device: Any = "cpu"):
+        import torch
+
+        sub, div = constants
+        self.channels = len(sub)
+        self.sub = torch.tensor(sub, dtype=torch.float32, device=device).view(1, self.channels, 1)
+        self.div = torch.tensor(div, dtype=torch.float32, device=device).view(1, self.channels, 1)
+
+    def __call__(self, patches: Any) -> Any:
+        """uint8 patches (patches, channels * rest) on this device, channel-major as Qwen2-VL's
+        processors flatten them, as the processor's float32 output: (x - sub[c]) / div[c]."""
+        import torch
+
+        rows, width = patches.shape
+        x = patches.reshape(rows, self.channels, width // self.channels).to(torch.float32)
+        return ((x - self.sub) / self.div).reshape(rows, width)
+
+
+def normalize(patches: Any, constants: Constants) -> Any:
+    """`Normalization` of `patches` on their own device, for one call."""
+    return Normalization(constants, patches.device)(patches)
 
 
 def check_exact(processor: Any, constants: Constants) -> str | None:
@@ -127,13 +141,14 @@ def wrap_vision_tower(model: Any, constants: Constants) -> dict[str, Any]:
     if getattr(visual, _MARK, False):
         return {"wrapped": True}
     original = visual.forward
+    normalization = Normalization(constants, visual.device)
 
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(x, "dtype", None) is not None and str(x.dtype) == "torch.uint8":
             if not getattr(visual, FIRST_SEEN, False):  # once: the prompts' uint8 patches do arrive
                 setattr(visual, FIRST_SEEN, True)
                 worker_logger.info("%s: %d uint8 patches, the first", FIRST_LOG, x.shape[0])
-            x = normalize(x.to(device=visual.device), constants)
+            x = normalization(x.to(device=visual.device))
         return original(x, *args, **kwargs)
 
     visual.forward = forward
