@@ -183,7 +183,8 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
 
     spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu]
     busy_ms, gaps = _union_ms(spans)
-    window_ms = (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000
+    origin = min(start for start, _ in spans)
+    window_ms = (max(end for _, end in spans) - origin) / 1000
     memcpy_ms = sum(e.get("dur", 0) for e in gpu if e["cat"] != "kernel") / 1000
     every, encoder_only = _KernelTally(), _KernelTally()
     for e in gpu:
@@ -194,7 +195,6 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         if launch is not None and encoder.contains(launch[:2], launch[2]):
             encoder_only.add(e)
     long_gaps = sorted((g for g in gaps if (g[1] - g[0]) / 1000 >= GAP_MS), key=lambda g: g[0] - g[1])
-    origin = min(start for start, _ in spans)
     causes = _gap_causes(events, gpu, launches, long_gaps[:5], origin)  # at_ms: from the window's start
 
     return TraceReport(
