@@ -3,8 +3,9 @@
 The body lands in one buffer reserved from Content-Length, so episodes can be prepared from
 views of it while the rest is still arriving (`wait_for`), with no join or copy. Memory and
 admission follow the bytes that arrived, never the bytes declared: a large body's buffer is an
-anonymous mapping whose pages exist only once written (a client that declares 512 MiB and sends
-one byte holds one page), and each chunk is admitted against `--max-inflight-mb` as it arrives
+anonymous mapping whose pages exist only once written or faulted in just ahead of the arriving
+bytes by a helper thread (prefault.py: never more than what arrived; a client that declares
+512 MiB and sends one byte holds a page or two), and each chunk is admitted against `--max-inflight-mb` as it arrives
 (`Admission.take_arrived`). A body that would push the bytes in progress past the limit is
 refused then (503, retryable) and gives back what it held, so partial uploads never wait on each
 other.
@@ -19,12 +20,16 @@ when the client disconnects.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import heapq
+import itertools
 import mmap
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from reward_server.http.prefault import Prefault
 from reward_server.request_errors import BodyTimeout, BodyTooLarge, ClientGone
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -57,6 +62,15 @@ def _buffer(length: int | None) -> bytearray | mmap.mmap:
     return bytearray(length) if length is not None else bytearray()
 
 
+def _address(buffer: mmap.mmap) -> int:
+    """Where a mapped buffer starts (the mapping lives as long as the buffer object)."""
+    view = ctypes.c_char.from_buffer(buffer)  # an export, dropped at once
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view
+
+
 class BodyReader:
     def __init__(self, receive: Receive, length: int | None, limits: BodyLimits, admission: ArrivedBytes | None = None):
         max_bytes = limits.max_bytes
@@ -69,12 +83,18 @@ class BodyReader:
         self._admission = admission
         self.held = 0  # bytes admitted against --max-inflight-mb, given back by close()
         self.buffer = _buffer(length)
+        self._address = _address(self.buffer) if isinstance(self.buffer, mmap.mmap) else None
+        self._prefault = Prefault(self.buffer, self._address) if self._address is not None else None
         self.received = 0
         self.started = time.monotonic()
         self.done = False
         self.error: BaseException | None = None
         self.disconnected = asyncio.Event()
-        self._progress = asyncio.Event()
+        # who waits for how many bytes (a heap): each arrival wakes only the waiters whose bytes are
+        # all there. A raw batch of 64 episodes has 64 waiters and ~800 arrivals of 256 KiB: waking
+        # every waiter on every arrival was ~25k task switches on the event loop per batch
+        self._waiters: list[tuple[float, int, asyncio.Future]] = []
+        self._order = itertools.count()
         self._task: asyncio.Task | None = None
 
     def start(self) -> BodyReader:
@@ -151,15 +171,30 @@ class BodyReader:
         if self._admission is not None:
             self._admission.take_arrived(len(chunk), self.held)
             self.held += len(chunk)
-        if self.length is not None:
+        if self._prefault is not None:
+            self._prefault.arrived(end)  # the next pages, faulted in while this chunk is copied
+        if self._address is not None and type(chunk) is bytes:
+            # the copy without the interpreter lock (ctypes drops it): the input threads run meanwhile
+            ctypes.memmove(self._address + self.received, chunk, len(chunk))
+        elif self.length is not None:
             self.buffer[self.received : end] = chunk
         else:
             self.buffer += chunk
         self.received = end
 
     def _wake(self) -> None:
-        self._progress.set()
-        self._progress = asyncio.Event()
+        """Wake the waiters whose bytes have arrived; all of them once the body ended or broke."""
+        ended = self.done or self.error is not None
+        while self._waiters and (ended or self._waiters[0][0] <= self.received):
+            future = heapq.heappop(self._waiters)[2]
+            if not future.done():
+                future.set_result(None)
+
+    async def _until(self, nbytes: float) -> None:
+        """Return once nbytes have arrived or the body ended or broke (the callers check which)."""
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (nbytes, next(self._order), future))
+        await future
 
     async def wait_for(self, nbytes: int) -> memoryview:
         """The first nbytes of the body, once they have arrived."""
@@ -168,7 +203,7 @@ class BodyReader:
         while self.received < nbytes and not self.done:
             if self.error is not None:
                 raise self.error
-            await self._progress.wait()
+            await self._until(nbytes)
         if self.received < nbytes:
             raise ValueError(f"the body has {self.received} bytes, {nbytes} were expected")
         return memoryview(self.buffer)[:nbytes]
@@ -177,7 +212,7 @@ class BodyReader:
         while not self.done:
             if self.error is not None:
                 raise self.error
-            await self._progress.wait()
+            await self._until(float("inf"))
         return memoryview(self.buffer)[: self.received]
 
     async def close(self) -> None:
