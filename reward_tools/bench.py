@@ -90,6 +90,8 @@ class Result:
     repeats_s: list[float] = field(default_factory=list)  # every repeat's wall time
     views: int = 1  # camera views per episode (one clip each in one prompt)
     prompt_tokens: float = 0.0  # mean per episode, as the server counted them
+    # the stages of the episode whose bytes arrived first: what the engine's first step waited for
+    first: dict[str, float] = field(default_factory=dict)
 
 
 def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
@@ -145,6 +147,15 @@ def _inline(options: ScoreOptions, video) -> ScoreRequest:
         views = [ViewFrames(name=k, frames=InlineFrames.from_array(v)) for k, v in video.items()]
         return ScoreRequest(**options.model_dump(), views=views)
     return ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(video))
+
+
+def _first(responses: list) -> dict[str, float]:
+    """The server's stages of the episode whose bytes arrived first (the front of a batch)."""
+    timings = [r.timings.model_dump() for r in responses if r is not None]
+    if not timings:
+        return {}
+    first = min(timings, key=lambda t: t.get("receive_ms", 0.0))
+    return {k: first.get(k, 0.0) for k in (*STAGES, *ENGINE_STAGES)}
 
 
 def _stages(responses: list, pick=statistics.fmean) -> dict[str, float]:
@@ -310,6 +321,7 @@ async def run(
                         tokens = statistics.fmean(r.prompt_tokens or 0 for r in answered) if answered else 0.0
                         row = Result(name, style, n, wall, n / wall, errors, _stages(answered), mib, views=v)
                         row.stages_max, row.window, row.prompt_tokens = _stages(answered, max), window, tokens
+                        row.first = _first(answered)
                         done.append(row)
                     median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
                     median.repeats_s = [round(r.wall_s, 4) for r in done]

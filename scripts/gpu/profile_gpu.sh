@@ -19,7 +19,7 @@
 #            every repeat's phases (why repeats differ).
 # curves_spy: curves K = 1, 8 on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
-#            preprocess_threads=16") on the hook path, STYLES (logprob), median of REPEATS (3), one
+#            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR) on the hook path, STYLES (logprob), median of REPEATS (3), one
 #            server per row in turn, then the rows again in the same order (AB_ROUNDS, default 2),
 #            so each row is measured warm, twice, on episodes never sent before. FIDELITY_GEN=K: each
 #            row also answers the same N episodes with exactly K greedy tokens, compared with the
@@ -49,17 +49,27 @@ URL=http://127.0.0.1:18080
 SERVER_PID="" SPY_PID=""
 
 server_up() {  # name, server flags: a server on $URL logging its engine steps to $RES/NAME_steps.jsonl
-  local name=$1 flags=$2
+  # flags that start with @DIR run the server from the tree at DIR instead of this one (an earlier
+  # commit's packages, `git archive COMMIT reward_server reward_client | tar x -C DIR`, carried):
+  # a code change measured side by side with what it replaces, the client and bench the same
+  # (-P: the working directory is not put first on the path, so DIR's packages are the ones found)
+  local name=$1 flags=$2 code=$PWD
+  if [[ $flags =~ ^[[:space:]]*@([^[:space:]]+)(.*)$ ]]; then
+    code=$(cd "${BASH_REMATCH[1]}" && pwd) flags=${BASH_REMATCH[2]}
+  fi
   rm -f "$RES/${name}_steps.jsonl"
   # shellcheck disable=SC2086  # flag lists
-  python3 -m reward_server $COMMON $flags --engine-option step_log="$RES/${name}_steps.jsonl" --port 18080 \
-    >"$RES/$name.server.log" 2>&1 &
+  PYTHONPATH=/tmp/site:$code python3 -P -m reward_server $COMMON $flags --engine-option step_log="$RES/${name}_steps.jsonl" \
+    --port 18080 >"$RES/$name.server.log" 2>&1 &
   SERVER_PID=$!
   wait_server $URL $SERVER_PID 900 || { tail -20 "$RES/$name.server.log"; return 1; }
 }
 
 spy_up() {  # out file: py-spy samples the server and its engine core from now until spy_down
-  py-spy record --pid "$SERVER_PID" --subprocesses --threads --rate 250 --format raw --nonblocking \
+  # SPY_ARGS: py-spy's sampling flags (e.g. "--rate 100 --idle --native": waiting threads too, with
+  # native frames, which shows a thread waiting for the interpreter lock; --native pauses the process)
+  # shellcheck disable=SC2086  # flag list
+  py-spy record --pid "$SERVER_PID" --subprocesses --threads ${SPY_ARGS:---rate 250 --nonblocking} --format raw \
     -o "$1" >"${1%.txt}_pyspy.log" 2>&1 &
   SPY_PID=$!
   sleep 2
@@ -165,7 +175,7 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1, curves, curves_spy or ab}" in
     for round in $(seq "${AB_ROUNDS:-2}"); do
       for row in "${rows[@]}"; do
         # shellcheck disable=SC2086  # STYLES is a list
-        serve_bench "ab_${row%%=*}_r$round" "--warmup-batch $N ${row#*=}" --styles ${STYLES:-logprob} \
+        serve_bench "ab_${row%%=*}_r$round" "${row#*=} --warmup-batch $N" --styles ${STYLES:-logprob} \
           --repeats "${REPEATS:-3}"
         names+=("ab_${row%%=*}_r$round")
       done

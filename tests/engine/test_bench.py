@@ -37,6 +37,9 @@ def test_bench_short_mode_measures_every_path_in_one_run(tiny_checkpoint, tmp_pa
         assert r["errors"] == 0 and r["episodes_per_s"] > 0 and r["n"] == 4
         stages = r["stages"]
         assert stages["total_ms"] >= stages["engine_ms"] > 0 and stages["receive_ms"] >= 0
+        # the episode whose bytes arrived first: its own stages, none later than the batch's largest
+        first, largest = r["first"], r["stages_max"]
+        assert first["receive_ms"] <= stages["receive_ms"] and 0 < first["engine_ms"] <= largest["engine_ms"]
     by_path = {(r["path"], r["style"]): r for r in results}
     assert by_path[("hook_raw", "logprob")]["request_mib"] == pytest.approx(4 * 16 * 256 * 256 * 3 / 2**20, rel=0.01)
     # one table from the raw engine, server and peer files (here: server only)
