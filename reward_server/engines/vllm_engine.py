@@ -62,6 +62,8 @@ from reward_server.engines.vllm_pixel_dtype import cast_pixels
 from reward_server.engines.vllm_pixel_norm import METHOD as NORM_METHOD
 from reward_server.engines.vllm_pixel_norm import OPTION as NORM
 from reward_server.engines.vllm_pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
+from reward_server.engines.vllm_step_timing import METHOD as TIMING_METHOD
+from reward_server.engines.vllm_step_timing import OPTION as TIMING
 from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
 from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
 from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
@@ -80,6 +82,7 @@ WORKER_DONE = {
     BATCHING_METHOD: "vision encoder batched by modality",
     ALIGN_METHOD: "vision MLP width aligned",
     NORM_METHOD: "pixels normalized on the device",
+    TIMING_METHOD: "steps timed",
 }
 
 
@@ -358,7 +361,18 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {"preprocess_threads", SWITCH_MS, OPTION, STEP_LOG, BATCHING, ALIGN, PIXEL_DTYPE, NORM, *CURVE_OPTIONS}
+        ours = {
+            "preprocess_threads",
+            SWITCH_MS,
+            OPTION,
+            STEP_LOG,
+            TIMING,
+            BATCHING,
+            ALIGN,
+            PIXEL_DTYPE,
+            NORM,
+            *CURVE_OPTIONS,
+        }
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
@@ -397,6 +411,7 @@ class VllmEngine(Engine):
             (self.encoder_batching(), BATCHING_METHOD),
             (self.vision_mlp_aligned(), ALIGN_METHOD),
             (self.normalizes_on_device(), NORM_METHOD),
+            (bool(self.config.options.get(TIMING)), TIMING_METHOD),
         )
         return [method for on, method in wanted if on]
 
@@ -416,6 +431,9 @@ class VllmEngine(Engine):
         reproduced bit for bit (vllm_pixel_norm.check_exact)."""
         calls: list[tuple[str, tuple]] = []
         for method in self.worker_methods():
+            if method == TIMING_METHOD:
+                calls.append((method, (str(self.config.options[TIMING]),)))
+                continue
             if method != NORM_METHOD:
                 calls.append((method, ()))
                 continue

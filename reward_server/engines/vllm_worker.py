@@ -4,17 +4,19 @@ addition is a mixin here). The engine calls each method once after vLLM started,
 
 - encoder batching by modality (vllm_encoder_batching), on GPUs by default;
 - the vision MLP padded to an aligned width (vllm_vision_mlp), on GPUs by default;
-- uint8 pixels normalized in the vision tower (vllm_pixel_norm), where vLLM does not do it itself.
+- uint8 pixels normalized in the vision tower (vllm_pixel_norm), where vLLM does not do it itself;
+- each step timed in the worker, for profiles (vllm_step_timing), when asked for.
 """
 
 from __future__ import annotations
 
 from reward_server.engines.vllm_encoder_batching import ModalityBatching
 from reward_server.engines.vllm_pixel_norm import PixelNormalization
+from reward_server.engines.vllm_step_timing import StepTiming
 from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
 
 
-class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment, PixelNormalization):
+class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment, PixelNormalization, StepTiming):
     """vLLM resolves this class by name in its workers and adds its methods to the worker."""
 
 

@@ -1,0 +1,107 @@
+"""Each engine step as vLLM's worker spent it, for profiles: `--engine-option step_timing=PATH`.
+
+The step log (`step_log`) sees a step when its outputs reach the server's process, so it cannot
+tell a step that waited for the GPU from one that waited for the CPU that launches its kernels.
+This one times the worker's own calls and appends one JSON line per call to PATH:
+
+- `what`: `execute` (vLLM's `execute_model`: inputs gathered, the vision encoder and the model's
+  kernels launched; with vLLM's asynchronous scheduling it returns before the GPU is done) or
+  `sample` (`sample_tokens`, where the step's output is taken);
+- `t0`, `t1`: its start and end on time.monotonic (the clock of the step log and of
+  reward_tools.bench's batch windows, across processes of one machine);
+- `cpu_ms`: the CPU time of the calling thread in it (wall minus this is waiting: for the GPU,
+  a lock, the interpreter);
+- `encoder_ms`, `encoder_calls`: the vision encoder's share (vLLM's `_execute_mm_encoder`);
+- `tokens`, `requests`, `new_requests`: what the step scheduled.
+
+Why (issue 40, fifth round): on an H200 the first step of each 64-episode batch took 150-380 ms by
+the engine's own clock although it held one episode (~25 ms of GPU work), and that step is most of
+what passes before the GPU is busy.
+
+Like the other worker features it is a mixin of the engine's worker extension
+(engines/vllm_worker.py), called once after start through `collective_rpc`; off unless asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+OPTION = "step_timing"
+METHOD = "reward_step_timing"
+_MARK = "_reward_timed"
+
+
+def _scheduled(scheduler_output: Any) -> dict[str, int]:
+    counts = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
+    return {
+        "tokens": int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0),
+        "requests": len(counts),
+        "new_requests": len(getattr(scheduler_output, "scheduled_new_reqs", None) or ()),
+    }
+
+
+def time_runner(runner: Any, path: str) -> bool:
+    """Time this vLLM model runner's steps into `path` (see the module); False where the runner
+    has no `execute_model` (another vLLM version): it then runs as it is."""
+    execute = getattr(runner, "execute_model", None)
+    if execute is None:
+        return False
+    if getattr(execute, _MARK, False):
+        return True
+    log = open(path, "a", buffering=1)  # open while the worker lives
+    encoder = {"s": 0.0, "calls": 0}
+    encode = getattr(runner, "_execute_mm_encoder", None)
+    if encode is not None:
+
+        def timed_encode(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return encode(*args, **kwargs)
+            finally:
+                encoder["s"] += time.perf_counter() - start
+                encoder["calls"] += 1
+
+        runner._execute_mm_encoder = timed_encode
+
+    def timed(what: str, call: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            encoder["s"], encoder["calls"] = 0.0, 0
+            start, cpu = time.monotonic(), time.thread_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                row: dict[str, Any] = {
+                    "what": what,
+                    "t0": round(start, 6),
+                    "t1": round(time.monotonic(), 6),
+                    "cpu_ms": round((time.thread_time() - cpu) * 1000, 3),
+                }
+                if what == "execute":
+                    row["encoder_ms"] = round(encoder["s"] * 1000, 3)
+                    row["encoder_calls"] = encoder["calls"]
+                    row.update(_scheduled(args[0] if args else kwargs.get("scheduler_output")))
+                log.write(json.dumps(row) + "\n")
+
+        setattr(run, _MARK, True)
+        return run
+
+    runner.execute_model = timed("execute", execute)
+    sample = getattr(runner, "sample_tokens", None)
+    if sample is not None:
+        runner.sample_tokens = timed("sample", sample)
+    return True
+
+
+class StepTiming:
+    """vLLM's worker extension: the method the engine calls once after start, with the file."""
+
+    def reward_step_timing(self, path: str) -> bool:
+        done = time_runner(getattr(self, "model_runner", None), path)
+        if not done:
+            logger.warning("this vLLM's model runner has no execute_model to time; steps are not timed")
+        return done
