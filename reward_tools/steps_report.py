@@ -1,6 +1,7 @@
 """Where a benchmark batch spent its time, from the engine's own step log.
 
     python -m reward_tools.steps_report BENCH.json STEPS.jsonl [--decode-tokens 256] [--out report.json]
+                                        [--timing TIMING.jsonl]
 
 BENCH.json is `reward_tools.bench`'s output (each row keeps its median batch's start and end,
 `window`, on time.monotonic()), or `reward_tools.bench_curves`' (every repeat's window: one row
@@ -20,6 +21,10 @@ Also the number of steps in each phase and the median time between steps after t
 (means and largest: input processing, queue, prefill, decode). With a row of one new token (`gen1`,
 the prefill alone) and a row of K tokens in the same file, `goal_s` is (gen1's wall + K x the
 K row's step time) and `over_goal` the K row's wall against it, the measure issue 40 sets (<= 1.2).
+
+`--timing` adds, per row, the worker's own timing of each step inside the row's batch (the file of
+`--engine-option step_timing=PATH`, engines/vllm_step_timing.py): when each `execute_model` began
+after the batch's start, its wall and CPU time, the vision encoder's share and what it scheduled.
 """
 
 from __future__ import annotations
@@ -128,6 +133,31 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def timed_steps(window: tuple[float, float], timing: list[dict]) -> list[dict]:
+    """The worker's timed steps (`execute` rows) that began inside a batch's window, times relative to its start."""
+    start, end = window
+    rows = []
+    for r in timing:
+        if r.get("what") == "execute" and start <= r["t0"] <= end:
+            rows.append({**r, "t0": round(r["t0"] - start, 4), "wall_ms": round((r["t1"] - r["t0"]) * 1000, 1)})
+    return rows
+
+
+def timing_table(name: str, rows: list[dict]) -> str:
+    lines = [
+        f"{name}: the worker's steps (execute_model)",
+        "",
+        "| began s | wall ms | CPU ms | encoder ms (calls) | tokens | requests (new) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        encoder = f"{r.get('encoder_ms', 0):.1f} ({r.get('encoder_calls', 0)})"
+        requests = f"{r.get('requests', 0)} ({r.get('new_requests', 0)})"
+        times = f"{r['t0']:.3f} | {r['wall_ms']:.1f} | {r['cpu_ms']:.1f}"
+        lines.append(f"| {times} | {encoder} | {r.get('tokens', 0)} | {requests} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reward_tools.steps_report",
@@ -138,11 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("steps", help="the server's step log (--engine-option step_log=PATH)")
     parser.add_argument("--decode-tokens", type=int, default=256, help="K of the goal (gen1 + K decode steps)")
     parser.add_argument("--out", help="also write the rows as JSON here")
+    parser.add_argument("--timing", help="the worker's step timing (--engine-option step_timing=PATH)")
     args = parser.parse_args(argv)
-    rows = report(json.loads(Path(args.bench).read_text()), load_steps(args.steps), args.decode_tokens)
+    bench = json.loads(Path(args.bench).read_text())
+    rows = report(bench, load_steps(args.steps), args.decode_tokens)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2))
     print(table(rows))
+    if args.timing:
+        timing = [json.loads(line) for line in Path(args.timing).read_text().splitlines() if line.strip()]
+        for r in bench.get("results", []):
+            name = f"{r['path']} {r['style']} N={r['n']} ({r['wall_s']:.2f} s)"
+            print("\n" + timing_table(name, timed_steps(tuple(r.get("window") or (0.0, 0.0)), timing)))
     return 0
 
 

@@ -51,3 +51,52 @@ def test_curves_give_one_row_per_repeat():
     rows = report(curves, _steps(10.0) + _steps(20.0), decode_tokens=256)
     assert [r["style"] for r in rows] == ["K=8 #1", "K=8 #2"]
     assert rows[1]["front_s"] == 0.1
+
+
+def test_the_workers_timed_steps_of_each_batch_are_listed_from_its_start(tmp_path, capsys):
+    """--timing: the worker's execute_model rows that began inside a row's batch, relative to its
+    start, with their wall and CPU time; sample rows and steps of other batches are left out."""
+    bench = {"results": [{"path": "hook_raw", "style": "logprob", "n": 4, "wall_s": 0.5, "window": [10.0, 10.5]}]}
+    timing = [
+        {
+            "what": "execute",
+            "t0": 9.5,
+            "t1": 9.6,
+            "cpu_ms": 90.0,
+            "encoder_ms": 50.0,
+            "encoder_calls": 1,
+            "tokens": 700,
+        },
+        {
+            "what": "execute",
+            "t0": 10.05,
+            "t1": 10.11,
+            "cpu_ms": 55.0,
+            "encoder_ms": 30.0,
+            "encoder_calls": 1,
+            "tokens": 718,
+            "requests": 1,
+            "new_requests": 1,
+        },
+        {"what": "sample", "t0": 10.11, "t1": 10.112, "cpu_ms": 1.5},
+        {
+            "what": "execute",
+            "t0": 10.12,
+            "t1": 10.32,
+            "cpu_ms": 190.0,
+            "encoder_ms": 120.0,
+            "encoder_calls": 1,
+            "tokens": 2100,
+            "requests": 3,
+            "new_requests": 3,
+        },
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    (tmp_path / "steps.jsonl").write_text("\n".join(json.dumps(s) for s in _steps(10.0)))
+    (tmp_path / "timing.jsonl").write_text("\n".join(json.dumps(t) for t in timing))
+    main([str(tmp_path / "bench.json"), str(tmp_path / "steps.jsonl"), "--timing", str(tmp_path / "timing.jsonl")])
+    out = capsys.readouterr().out
+    assert "| 0.050 | 60.0 | 55.0 | 30.0 (1) | 718 | 1 (1) |" in out
+    assert "| 0.120 | 200.0 | 190.0 | 120.0 (1) | 2100 | 3 (3) |" in out
+    timed = [line for line in out.splitlines() if line.startswith("| -0.") or line.startswith("| 0.")]
+    assert len(timed) == 2, timed  # the other batch's step and the sample row are left out
