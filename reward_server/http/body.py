@@ -5,10 +5,10 @@ views of it while the rest is still arriving (`wait_for`), with no join or copy.
 admission follow the bytes that arrived, never the bytes declared: a large body's buffer is an
 anonymous mapping whose pages exist only once written or faulted in just ahead of the arriving
 bytes by a helper thread (prefault.py: never more than what arrived; a client that declares
-512 MiB and sends one byte holds a page or two), and each chunk is admitted against `--max-inflight-mb` as it arrives
-(`Admission.take_arrived`). A body that would push the bytes in progress past the limit is
-refused then (503, retryable) and gives back what it held, so partial uploads never wait on each
-other.
+512 MiB and sends one byte holds a page or two), and each chunk is admitted against
+`--max-inflight-mb` as it arrives (`Admission.take_arrived`). A body that would push the bytes in
+progress past the limit is refused then (503, retryable) and gives back what it held, so partial
+uploads never wait on each other.
 
 A body has a total deadline a trickle cannot extend: after a grace of `--body-timeout-s` it must
 have arrived at `--body-min-rate-kib-s` on average, and all of it within `--request-timeout-s`;
