@@ -90,7 +90,7 @@ class Result:
     repeats_s: list[float] = field(default_factory=list)  # every repeat's wall time
     views: int = 1  # camera views per episode (one clip each in one prompt)
     prompt_tokens: float = 0.0  # mean per episode, as the server counted them
-    # the stages of the episode whose bytes arrived first: what the engine's first step waited for
+    # the stages of the episode whose bytes arrived first (the front of the batch)
     first: dict[str, float] = field(default_factory=dict)
 
 
@@ -149,17 +149,19 @@ def _inline(options: ScoreOptions, video) -> ScoreRequest:
     return ScoreRequest(**options.model_dump(), frames=InlineFrames.from_array(video))
 
 
-def _first(responses: list) -> dict[str, float]:
+def _timings(responses: list) -> list[dict]:
+    return [r.timings.model_dump() for r in responses if r is not None]
+
+
+def _first(timings: list[dict]) -> dict[str, float]:
     """The server's stages of the episode whose bytes arrived first (the front of a batch)."""
-    timings = [r.timings.model_dump() for r in responses if r is not None]
     if not timings:
         return {}
     first = min(timings, key=lambda t: t.get("receive_ms", 0.0))
     return {k: first.get(k, 0.0) for k in (*STAGES, *ENGINE_STAGES)}
 
 
-def _stages(responses: list, pick=statistics.fmean) -> dict[str, float]:
-    timings = [r.timings.model_dump() for r in responses if r is not None]
+def _pick(timings: list[dict], pick=statistics.fmean) -> dict[str, float]:
     return {k: pick(t.get(k, 0.0) for t in timings) for k in (*STAGES, *ENGINE_STAGES)} if timings else {}
 
 
@@ -319,9 +321,10 @@ async def run(
                         errors = sum(r is None for r in responses)
                         answered = [r for r in responses if r is not None and r is not True]
                         tokens = statistics.fmean(r.prompt_tokens or 0 for r in answered) if answered else 0.0
-                        row = Result(name, style, n, wall, n / wall, errors, _stages(answered), mib, views=v)
-                        row.stages_max, row.window, row.prompt_tokens = _stages(answered, max), window, tokens
-                        row.first = _first(answered)
+                        timings = _timings(answered)  # each episode's stages, dumped once for the three views
+                        row = Result(name, style, n, wall, n / wall, errors, _pick(timings), mib, views=v)
+                        row.stages_max, row.window, row.prompt_tokens = _pick(timings, max), window, tokens
+                        row.first = _first(timings)
                         done.append(row)
                     median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
                     median.repeats_s = [round(r.wall_s, 4) for r in done]

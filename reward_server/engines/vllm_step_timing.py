@@ -9,14 +9,15 @@ This one times the worker's own calls and appends one JSON line per call to PATH
   `sample` (`sample_tokens`, where the step's output is taken);
 - `t0`, `t1`: its start and end on time.monotonic (the clock of the step log and of
   reward_tools.bench's batch windows, across processes of one machine);
-- `cpu_ms`: the CPU time of the calling thread in it (wall minus this is waiting: for the GPU,
-  a lock, the interpreter);
+- `cpu_ms`: the CPU time of the calling thread in it. Wall minus this is time the thread slept (a
+  lock, the interpreter); waits on the GPU spin and count as CPU, so this alone does not separate
+  launching kernels from waiting for them;
 - `encoder_ms`, `encoder_calls`: the vision encoder's share (vLLM's `_execute_mm_encoder`);
 - `tokens`, `requests`, `new_requests`: what the step scheduled.
 
-Why (issue 40, fifth round): on an H200 the first step of each 64-episode batch took 150-380 ms by
-the engine's own clock although it held one episode (~25 ms of GPU work), and that step is most of
-what passes before the GPU is busy.
+Why (issue 40, fifth round): the step log put the first step of each 64-episode batch 0.22-0.28 s
+after the batch began. Timed here, the worker started it at 71 ms: with vLLM's asynchronous
+scheduling a step's output is handed over only after the next step has been launched.
 
 Like the other worker features it is a mixin of the engine's worker extension
 (engines/vllm_worker.py), called once after start through `collective_rpc`; off unless asked for.

@@ -19,11 +19,12 @@
 #            every repeat's phases (why repeats differ).
 # curves_spy: curves K = 1, 8 on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
-#            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR) on the hook path, STYLES (logprob), median of REPEATS (3), one
-#            server per row in turn, then the rows again in the same order (AB_ROUNDS, default 2),
-#            so each row is measured warm, twice, on episodes never sent before. FIDELITY_GEN=K: each
-#            row also answers the same N episodes with exactly K greedy tokens, compared with the
-#            first row's answers (reward_tools.fidelity: how many texts are the same).
+#            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR) on
+#            the hook path, STYLES (logprob), median of REPEATS (3), one server per row in turn,
+#            then the rows again in the same order (AB_ROUNDS, default 2), so each row is measured
+#            warm, twice, on episodes never sent before. FIDELITY_GEN=K: each row also answers the
+#            same N episodes with exactly K greedy tokens, compared with the first row's answers
+#            (reward_tools.fidelity: how many texts are the same).
 set -euo pipefail
 export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
