@@ -19,7 +19,8 @@
 #            every repeat's phases (why repeats differ).
 # curves_spy: curves K = 1, 8 on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
-#            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR) on
+#            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
+#            "NAME=VALUE ..." with that environment) on
 #            the hook path, STYLES (logprob), median of REPEATS (3), one server per row in turn,
 #            then the rows again in the same order (AB_ROUNDS, default 2), so each row is measured
 #            warm, twice, on episodes never sent before. FIDELITY_GEN=K: each row also answers the
@@ -54,14 +55,18 @@ server_up() {  # name, server flags: a server on $URL logging its engine steps t
   # commit's packages, `git archive COMMIT reward_server reward_client | tar x -C DIR`, carried):
   # a code change measured side by side with what it replaces, the client and bench the same
   # (-P: the working directory is not put first on the path, so DIR's packages are the ones found)
-  local name=$1 flags=$2 code=$PWD
+  # then leading NAME=VALUE words are that server's environment (e.g. OMP_NUM_THREADS=1), the client's unchanged
+  local name=$1 flags=$2 code=$PWD env=()
   if [[ $flags =~ ^[[:space:]]*@([^[:space:]]+)(.*)$ ]]; then
     code=$(cd "${BASH_REMATCH[1]}" && pwd) flags=${BASH_REMATCH[2]}
   fi
+  while [[ $flags =~ ^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*)(.*)$ ]]; do
+    env+=("${BASH_REMATCH[1]}") flags=${BASH_REMATCH[2]}
+  done
   rm -f "$RES/${name}_steps.jsonl"
   # shellcheck disable=SC2086  # flag lists
-  PYTHONPATH=/tmp/site:$code python3 -P -m reward_server $COMMON $flags --engine-option step_log="$RES/${name}_steps.jsonl" \
-    --port 18080 >"$RES/$name.server.log" 2>&1 &
+  env "${env[@]}" PYTHONPATH=/tmp/site:$code python3 -P -m reward_server $COMMON $flags \
+    --engine-option step_log="$RES/${name}_steps.jsonl" --port 18080 >"$RES/$name.server.log" 2>&1 &
   SERVER_PID=$!
   wait_server $URL $SERVER_PID 900 || { tail -20 "$RES/$name.server.log"; return 1; }
 }
