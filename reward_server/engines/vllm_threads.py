@@ -4,12 +4,14 @@ default, `--engine-option torch_threads=N` to choose.
 Torch sizes its CPU thread pool to the machine's cores in every process. Beside a GPU engine two
 processes use it: the server's, whose input threads run the HF processor (parallel already: one
 episode per thread), and vLLM's engine core, which gathers each step's pixels with one large
-`torch.cat` on the CPU before the vision encoder runs while the GPU waits. With a pool of 16
-threads in each of them and every core busy, that concatenation waited for descheduled pool
-threads: on an H200 with 16 cores the encoder's call took 31-112 ms per step for 1-26 episodes,
-and 33-42 ms with one thread (docs/bench/h200_2026-11-29_issue40_round6/). vLLM itself sets one
-thread for the worker processes it starts when it runs several (`OMP_NUM_THREADS=1` unless set);
-a single-GPU engine runs its worker inside the engine core, where it does not.
+`torch.cat` on the CPU before the vision encoder runs, while the GPU waits. With a pool of 16
+threads in each of them and every core busy, that copy waits for descheduled pool threads. On an
+H200 machine of 16 cores, 64 episodes on the hook path took 1.65 s with one thread against 1.68 s
+with 16 (medians of 15, three pairs), the encoder's calls a median 34 ms against 49 ms
+(docs/bench/h200_2026-11-29_issue40_round6/; `scripts/bench_torch_threads.py` shows the copy on
+a CPU). vLLM itself sets one thread for the worker processes it starts when it runs several
+(`OMP_NUM_THREADS=1` unless set); a single-GPU engine runs its worker inside the engine core,
+where it does not.
 
 The count reaches the engine core through `OMP_NUM_THREADS`, which the engine core's process
 reads when torch starts (it inherits the server's environment). An `OMP_NUM_THREADS` the user
