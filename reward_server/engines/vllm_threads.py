@@ -14,8 +14,10 @@ a CPU). vLLM itself sets one thread for the worker processes it starts when it r
 where it does not.
 
 The count reaches the engine core through `OMP_NUM_THREADS`, which the engine core's process
-reads when torch starts (it inherits the server's environment). An `OMP_NUM_THREADS` the user
-set is kept. On CPUs nothing changes unless asked: there vLLM's model runs on these threads.
+reads when torch starts (it inherits the server's environment), as do the server's video decode
+workers started after it (a replaced one; the first ones start before the engine, with torch's
+count). An `OMP_NUM_THREADS` the user set is kept. On CPUs nothing changes unless asked: there
+vLLM's model runs on these threads.
 """
 
 from __future__ import annotations

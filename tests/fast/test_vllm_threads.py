@@ -63,3 +63,16 @@ def test_the_process_started_after_uses_the_same_count(tmp_path):
     assert (here, child) == (1, 1)
     if before > 1:  # on a one-core machine there was nothing to reduce
         assert child < before
+
+
+def test_the_command_line_refuses_a_bad_count(capsys):
+    """With the other flags, before anything loads: the error names the option and what it takes."""
+    from reward_server import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_settings(["--model-path", "/nowhere", "--engine-option", "torch_threads=0"])
+    assert exited.value.code == 2
+    assert "torch_threads=0: a whole number of threads >= 1 is allowed" in capsys.readouterr().err
+    assert cli.parse_settings(["--model-path", "/m", "--engine-option", "torch_threads=3"]).engine_options() == {
+        "torch_threads": "3"
+    }
