@@ -9,9 +9,10 @@ threads in each of them and every core busy, that copy waits for descheduled poo
 H200 machine of 16 cores, 64 episodes on the hook path took 1.65 s with one thread against 1.68 s
 with 16 (medians of 15, three pairs), the encoder's calls a median 34 ms against 49 ms
 (docs/bench/h200_2026-11-29_issue40_round6/; `scripts/bench_torch_threads.py` shows the copy on
-a CPU). vLLM itself sets one thread for the worker processes it starts when it runs several
+a CPU). vLLM 0.24 sets one thread only for the worker processes it starts when it runs several
 (`OMP_NUM_THREADS=1` unless set); a single-GPU engine runs its worker inside the engine core,
-where it does not.
+where it does not. vLLM 0.32 sets one thread in the engine core for serving itself (an
+`OMP_NUM_THREADS` that is set wins), so there this module adds the server's side only.
 
 The count reaches the engine core through `OMP_NUM_THREADS`, which the engine core's process
 reads when torch starts (it inherits the server's environment), as do the server's video decode

@@ -1,0 +1,104 @@
+"""What vLLM's input processing costs per episode in the server (VllmEngine._render: the HF
+processor, vLLM's prompt update), one episode after another on one thread.
+
+    python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
+        [--raw-pixels] [--top 15] [--out FILE]
+
+Episodes take the server's path after the body is read: synthetic frames resized onto the grid
+(`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
+not run, so a tiny checkpoint with the 7B's processor measures what a 7B server's input threads
+do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
+adds cProfile's N costliest functions (own time) over all renders. Prints JSON (and writes it to
+`--out`; vLLM's own log goes to stdout too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import statistics
+import time
+
+from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+from reward_server import cli
+from reward_server.bootstrap import build_profile, engine_config
+from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
+from reward_server.engines.vllm_engine import VllmEngine
+from reward_server.engines.vllm_pixel_norm import RAW_PIXELS
+from reward_server.media.decoding import prepare_raw
+
+
+async def run(args: argparse.Namespace) -> dict:
+    settings = cli.parse_settings(["--engine", "vllm", "--model-path", args.model_path, "--no-warmup"])
+    profile = build_profile(settings)
+    engine = VllmEngine(engine_config(settings))
+    await engine.start()
+    try:
+        prepared = []
+        for seed in range(args.episodes + 1):
+            video = prepare_raw(
+                synthetic_episode(args.frames, args.size, seed), args.frames, DEFAULT_MAX_PIXELS, profile.frame_spec
+            )
+            request = profile.build(WARMUP_TASK, video, BackendKwargs(score_mode="logprob"), "logprob")
+            inputs, params = engine.prepare(request)
+            if args.raw_pixels:
+                inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
+            prepared.append((inputs, params))
+        engine._render(*prepared[0], None)  # the first one pays one-time costs: not counted
+        profiler = cProfile.Profile() if args.top else None
+        times = []
+        for inputs, params in prepared[1:]:
+            start = time.perf_counter()
+            if profiler:
+                profiler.enable()
+            prompt = engine._render(inputs, params, None)
+            if profiler:
+                profiler.disable()
+            times.append((time.perf_counter() - start) * 1000)
+        result = {
+            "episodes": args.episodes,
+            "frames": args.frames,
+            "size": args.size,
+            "raw_pixels": args.raw_pixels,
+            "prompt_tokens": len(prompt.get("prompt_token_ids") or ()),
+            "render_ms_median": round(statistics.median(times), 2),
+            "render_ms_max": round(max(times), 2),
+        }
+        if profiler:
+            stats = pstats.Stats(profiler)
+            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[: args.top]
+            result["top_own_ms_per_episode"] = [
+                {
+                    "function": f"{path.rsplit('site-packages/', 1)[-1]}:{line} {name}",
+                    "own_ms": round(tt * 1000 / len(times), 3),
+                    "calls": nc // len(times),
+                }
+                for (path, line, name), (_cc, nc, tt, _ct, _callers) in rows
+            ]
+        return result
+    finally:
+        await engine.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--episodes", type=int, default=32)
+    parser.add_argument("--frames", type=int, default=16)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--raw-pixels", action="store_true")
+    parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    text = json.dumps(asyncio.run(run(args)), indent=1)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
