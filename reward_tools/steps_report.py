@@ -37,13 +37,12 @@ import sys
 from pathlib import Path
 
 
+def _jsonl(path: str) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def load_steps(path: str) -> list[dict]:
-    steps = []
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if line:
-            steps.append(json.loads(line))
-    return sorted(steps, key=lambda s: s["t"])
+    return sorted(_jsonl(path), key=lambda s: s["t"])
 
 
 def phases(window: tuple[float, float], steps: list[dict]) -> dict:
@@ -176,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(rows, indent=2))
     print(table(rows))
     if args.timing:
-        timing = [json.loads(line) for line in Path(args.timing).read_text().splitlines() if line.strip()]
+        timing = _jsonl(args.timing)
         for r in bench.get("results", []):
             name = f"{r['path']} {r['style']} N={r['n']} ({r['wall_s']:.2f} s)"
             print("\n" + timing_table(name, timed_steps(tuple(r.get("window") or (0.0, 0.0)), timing)))

@@ -36,8 +36,8 @@ _madvise = None
 _works = sys.platform == "linux"
 
 
-def _helper() -> tuple[ThreadPoolExecutor, object] | None:
-    """The one helper thread and libc's madvise, made on first use; None where there are none."""
+def _helper() -> ThreadPoolExecutor | None:
+    """The one helper thread (and libc's madvise, for it), made on first use; None where there are none."""
     global _pool, _madvise, _works
     with _lock:
         if not _works:
@@ -53,7 +53,7 @@ def _helper() -> tuple[ThreadPoolExecutor, object] | None:
             madvise.restype = ctypes.c_int
             _madvise = madvise
             _pool = ThreadPoolExecutor(1, thread_name_prefix="body-prefault")
-        return _pool, _madvise
+        return _pool
 
 
 def _populate(buffer: mmap.mmap, address: int, start: int, end: int) -> None:
@@ -82,10 +82,9 @@ class Prefault:
         want = min(self.length, received + min(received, AHEAD_BYTES))
         if want - self.done_to < min(STEP_BYTES, self.length - self.done_to) or not _works:
             return
-        helper = _helper()
-        if helper is None:
+        pool = _helper()
+        if pool is None:
             return
-        pool, _ = helper
         start = max(self.done_to, received)  # what arrived is already there
         self.done_to = want
         if want > start:
