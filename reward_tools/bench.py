@@ -92,6 +92,7 @@ class Result:
     prompt_tokens: float = 0.0  # mean per episode, as the server counted them
     # the stages of the episode whose bytes arrived first (the front of the batch)
     first: dict[str, float] = field(default_factory=dict)
+    traced: dict | None = None  # --trace: the one more batch run under the engine's profiler
 
 
 def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
@@ -301,7 +302,10 @@ async def run(
     size: int,
     first_seed: int = 0,
     views: tuple[int, ...] = (1,),
+    trace: Callable | None = None,
 ):
+    """`trace(on)`: after each row's measured batches, one more batch of new episodes runs between
+    trace(True) and trace(False) (the server's profiler), outside the median."""
     results = []
     episodes = Episodes(frames, size, first_seed)
     for style in styles:
@@ -328,6 +332,16 @@ async def run(
                         done.append(row)
                     median = sorted(done, key=lambda r: r.wall_s)[(len(done) - 1) // 2]  # the median repeat
                     median.repeats_s = [round(r.wall_s, 4) for r in done]
+                    if trace is not None:
+                        await trace(True)
+                        began = time.monotonic()
+                        wall, responses, _ = await fn(episodes.take(n, v), style)
+                        median.traced = {
+                            "wall_s": round(wall, 4),
+                            "window": (began, time.monotonic()),
+                            "errors": sum(r is None for r in responses),
+                        }
+                        await trace(False)
                     results.append(median)
                     logger.info("%s (repeats: %s)", median, [round(r.wall_s, 3) for r in done])
     return results
@@ -355,6 +369,18 @@ async def first_batch(
         "first_over_steady": walls[0] / steady,
         "errors": errors,
     }
+
+
+def profiler(url: str) -> Callable:
+    """trace(on): the server's POST /start_profile or /stop_profile; its error, if any, ends the run."""
+
+    async def trace(on: bool) -> None:
+        async with httpx.AsyncClient(timeout=600) as client:  # stopping writes the trace: may take a while
+            answer = await client.post(f"{url}/{'start' if on else 'stop'}_profile")
+        if answer.status_code != 200:
+            raise SystemExit(f"bench --trace: {answer.status_code} {answer.text[:300]}")
+
+    return trace
 
 
 def table(results: list[Result]) -> str:
@@ -411,7 +437,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the first batch after the server started against --repeats steady ones (hook path, first style and N)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="after each row's repeats, one more batch traced by the server's engine profiler (a server "
+        "started with --engine-option profile_dir=DIR: POST /start_profile, /stop_profile)",
+    )
     args = parser.parse_args(argv)
+    if args.trace and (args.peer_url or not (args.url or args.launch is not None)):
+        parser.error("--trace traces the reward server's engine: use it with --url or --launch, without --peer-url")
     if args.first_batch and not (args.url or args.launch is not None):
         parser.error("--first-batch needs --launch (a server started for it) or --url")
     several = max(args.views) > 1 and {"hook_mp4", "peer"} & set(args.paths)
@@ -474,8 +508,17 @@ def main(argv: list[str] | None = None) -> int:
 
         async def go():
             try:
+                trace = profiler(url.split(",")[0]) if args.trace else None
                 return await run(
-                    chosen, args.styles, args.n, args.repeats, args.frames, args.size, first_seed, tuple(args.views)
+                    chosen,
+                    args.styles,
+                    args.n,
+                    args.repeats,
+                    args.frames,
+                    args.size,
+                    first_seed,
+                    tuple(args.views),
+                    trace,
                 )
             finally:
                 for close in closers:

@@ -11,7 +11,10 @@ need however fast the front end is (issue 40).
 Kernels are attributed to the vision encoder when the CPU call that launched them (matched by the
 profiler's correlation id) ran inside vLLM's model-runner method `_execute_mm_encoder`. Each of the
 largest gaps is named by what the thread that launched the next GPU work was doing in its middle:
-the innermost Python function spanning it (vLLM's traces record Python calls with their stacks).
+the innermost Python function spanning it (vLLM's traces record Python calls with their stacks),
+and the CUDA runtime call it was blocked in, if any. The CUDA runtime calls that took longest in
+all (by name: a pinned-memory allocation, a synchronization) are listed too: a call that blocks
+the launching thread holds back every kernel after it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class TraceReport:
     gap_causes: list[dict[str, Any]] = field(default_factory=list)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     top_encoder_kernels: list[dict[str, Any]] = field(default_factory=list)
+    # CUDA runtime calls by name, longest in total first: ms, count, the longest one's ms
+    runtime_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def busy_share(self) -> float:
@@ -119,19 +124,48 @@ def _gap_causes(events: Events, gpu: Events, launches: dict, gaps: list[tuple[fl
     after it, at the gap's middle ("?" where the trace has no Python calls there)."""
     starts = sorted((e["ts"], e.get("args", {}).get("correlation")) for e in gpu)
     functions: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    runtime: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") == "python_function":
-            functions[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e.get("dur", 0), e.get("name", "?")))
+        if e.get("ph") != "X":
+            continue
+        span = (e["ts"], e["ts"] + e.get("dur", 0), e.get("name", "?"))
+        if e.get("cat") == "python_function":
+            functions[(e.get("pid"), e.get("tid"))].append(span)
+        elif e.get("cat") in LAUNCH_CATEGORIES:
+            runtime[(e.get("pid"), e.get("tid"))].append(span)
     out = []
     for begin, end in gaps:
         middle = (begin + end) / 2
         i = bisect.bisect_left(starts, (end,))
         launch = launches.get(starts[i][1]) if i < len(starts) else None
         spanning = [f for f in functions.get(launch[:2], []) if f[0] <= middle <= f[1]] if launch else []
+        blocked = [c[2] for c in runtime.get(launch[:2], []) if c[0] <= middle <= c[1]] if launch else []
         out.append(
-            {"ms": round((end - begin) / 1000, 3), "at_ms": round((begin - origin) / 1000, 3), "cpu": _name(spanning)}
+            {
+                "ms": round((end - begin) / 1000, 3),
+                "at_ms": round((begin - origin) / 1000, 3),
+                "cpu": _name(spanning),
+                "runtime": blocked[0] if blocked else "",
+            }
         )
     return out
+
+
+def _runtime_calls(events: Events, top: int) -> list[dict[str, Any]]:
+    """CUDA runtime and driver calls by name, longest in total first."""
+    total: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    longest: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in LAUNCH_CATEGORIES:
+            name, ms = e.get("name", "?"), e.get("dur", 0) / 1000
+            total[name] += ms
+            count[name] += 1
+            longest[name] = max(longest[name], ms)
+    return [
+        {"name": name, "ms": round(ms, 3), "count": count[name], "longest_ms": round(longest[name], 3)}
+        for name, ms in total.most_common(top)
+    ]
 
 
 def _name(spanning: list[tuple[float, float, str]]) -> str:
@@ -213,6 +247,7 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         gap_causes=causes,
         top_kernels=every.ranked(top),
         top_encoder_kernels=encoder_only.ranked(top),
+        runtime_calls=_runtime_calls(events, top),
     )
 
 
@@ -226,13 +261,19 @@ def render(report: TraceReport) -> str:
         f"copies {report.memcpy_ms:.1f} ms",
     ]
     if report.gap_causes:
-        lines += ["", "| largest gaps | ms | at ms | the launching thread's innermost Python call |"]
-        lines += ["|---|---|---|---|"]
+        lines += ["", "| largest gaps | ms | at ms | the launching thread's innermost Python call | in CUDA call |"]
+        lines += ["|---|---|---|---|---|"]
         for n, c in enumerate(report.gap_causes, 1):
-            lines.append(f"| {n} | {c['ms']:.1f} | {c['at_ms']:.1f} | `{c['cpu']}` |")
+            blocked = f"`{c['runtime']}`" if c.get("runtime") else "-"
+            lines.append(f"| {n} | {c['ms']:.1f} | {c['at_ms']:.1f} | `{c['cpu']}` | {blocked} |")
     for title, kernels in (("all kernels", report.top_kernels), ("the vision encoder's", report.top_encoder_kernels)):
         lines += ["", f"| {title} | ms | count |", "|---|---|---|"]
         lines += [f"| `{k['name']}` | {k['ms']:.1f} | {k['count']} |" for k in kernels]
+    if report.runtime_calls:
+        lines += ["", "| CUDA runtime calls | ms | count | longest ms |", "|---|---|---|---|"]
+        lines += [
+            f"| `{c['name']}` | {c['ms']:.1f} | {c['count']} | {c['longest_ms']:.1f} |" for c in report.runtime_calls
+        ]
     return "\n".join(lines)
 
 

@@ -294,6 +294,19 @@ class Engine(ABC):
             )
         return {k: v for k, v in defaults.items() if k not in dropped}
 
+    @property
+    def profiling(self) -> bool:
+        """Whether this engine was started with a profiler that /start_profile can switch on."""
+        return False
+
+    async def start_profile(self) -> None:
+        """Start tracing the engine's work (only where `profiling`): vLLM's torch profiler."""
+        raise NotImplementedError(f"the {self.name} engine has no profiler")
+
+    async def stop_profile(self) -> None:
+        """Stop tracing; the engine writes its trace where it was configured to."""
+        raise NotImplementedError(f"the {self.name} engine has no profiler")
+
     @abstractmethod
     async def check_health(self) -> None:
         """Raise EngineDead if the engine can no longer serve."""

@@ -62,6 +62,9 @@ from reward_server.engines.vllm_pixel_dtype import cast_pixels
 from reward_server.engines.vllm_pixel_norm import METHOD as NORM_METHOD
 from reward_server.engines.vllm_pixel_norm import OPTION as NORM
 from reward_server.engines.vllm_pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
+from reward_server.engines.vllm_profiler import OPTION as PROFILE_DIR
+from reward_server.engines.vllm_profiler import configured as profiler_configured
+from reward_server.engines.vllm_profiler import profiler_config
 from reward_server.engines.vllm_step_timing import METHOD as TIMING_METHOD
 from reward_server.engines.vllm_step_timing import OPTION as TIMING
 from reward_server.engines.vllm_threads import OPTION as THREADS
@@ -75,9 +78,11 @@ logger = logging.getLogger(__name__)
 
 # `--engine-option step_log=PATH`: one JSON line per engine step appended to PATH (a profile)
 STEP_LOG = "step_log"
-# `--engine-option gil_switch_ms=N`: the interpreter's thread switch interval (Python's default 5 ms).
-# The input-processing threads share the interpreter with the event loop that reads request bodies;
-# a shorter interval hands the loop back sooner when a thread holds the interpreter (an experiment)
+# `--engine-option gil_switch_ms=N`: the interpreter's thread switch interval (Python's default 5 ms),
+# set before the engine core starts, so in the server and in the engine core it forks (an experiment).
+# In the server the input-processing threads share the interpreter with the event loop that reads
+# request bodies; in the engine core, the loop that launches each step's kernels shares it with the
+# thread that receives and prepares requests. A shorter interval hands it back sooner.
 SWITCH_MS = "gil_switch_ms"
 # what each worker-extension method did, for the start-up log line
 WORKER_DONE = {
@@ -321,6 +326,7 @@ class VllmEngine(Engine):
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
         self._pixel_dtype: Any = None  # cast pixels to it before they leave (vllm_pixel_dtype), once started
         self._raw_pixels = False  # prompts ask for uint8 patches: the workers normalize them (vllm_pixel_norm)
+        self._profiling = False  # vLLM's profiler configured (vllm_profiler), once started
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -374,9 +380,12 @@ class VllmEngine(Engine):
             ALIGN,
             PIXEL_DTYPE,
             NORM,
+            PROFILE_DIR,
             *CURVE_OPTIONS,
         }
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
+        if (profiler := profiler_config(c.options)) is not None:
+            kwargs["profiler_config"] = profiler
         if c.options.get(OPTION):
             from reward_server.engines.vllm_step_floor import FQCN
 
@@ -482,10 +491,13 @@ class VllmEngine(Engine):
         threads = wanted_threads(self.config.options, torch.cuda.is_available())
         if threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
             use_threads(threads)
+        if self.config.options.get(SWITCH_MS) is not None:  # inherited too, by a forked engine core
+            sys.setswitchinterval(float(self.config.options[SWITCH_MS]) / 1000)
 
         await asyncio.to_thread(self.load_processor)
         args = await asyncio.to_thread(self.engine_args)
         kwargs = self.engine_kwargs()
+        self._profiling = profiler_configured(kwargs)
         self._cache_gb = float(kwargs.get("mm_processor_cache_gb") or 0)
         logger.info("vLLM engine arguments: %s", kwargs)
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
@@ -501,8 +513,6 @@ class VllmEngine(Engine):
             self.workers_answered(method, await self._llm.collective_rpc(method, args=args))
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
-        if self.config.options.get(SWITCH_MS) is not None:
-            sys.setswitchinterval(float(self.config.options[SWITCH_MS]) / 1000)
 
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
@@ -712,6 +722,24 @@ class VllmEngine(Engine):
         if gb:
             held.update(processor_cache_use(self._llm))
         return held
+
+    @property
+    def profiling(self) -> bool:
+        return self._profiling and self._llm is not None
+
+    def _profiler_on(self) -> None:
+        if not self.profiling:
+            raise NotImplementedError(
+                f"vLLM's profiler is off: start the server with --engine-option {PROFILE_DIR}=DIR"
+            )
+
+    async def start_profile(self) -> None:
+        self._profiler_on()
+        await self._llm.start_profile()
+
+    async def stop_profile(self) -> None:
+        self._profiler_on()
+        await self._llm.stop_profile()
 
     async def check_health(self) -> None:
         if self._llm is None:

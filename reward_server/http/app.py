@@ -297,6 +297,28 @@ def build_app(service: RewardService) -> FastAPI:
             **service.engine.memory_held(),
         }
 
+    async def profile(start: bool) -> dict:
+        engine = service.engine
+        if not engine.profiling:
+            raise BadRequest(
+                f"profiling is off: start the server with --engine-option profile_dir=DIR (vLLM engine; this one: "
+                f"{engine.name}), then POST /start_profile and /stop_profile around the work to trace"
+            )
+        await (engine.start_profile() if start else engine.stop_profile())
+        return {"profiling": start}
+
+    @app.post("/start_profile", responses={400: {"model": ErrorBody}})
+    async def start_profile() -> dict:
+        """Start vLLM's torch profiler in the engine (a server started with `--engine-option
+        profile_dir=DIR`), as `vllm serve` does; 400 otherwise."""
+        return await profile(True)
+
+    @app.post("/stop_profile", responses={400: {"model": ErrorBody}})
+    async def stop_profile() -> dict:
+        """Stop the profiler: the engine writes its trace under profile_dir (`python -m
+        reward_tools.gpu_trace DIR` reads it)."""
+        return await profile(False)
+
     _with_request_schemas(app, (ScoreRequest, BatchScoreRequest, ChatCompletionRequest))
     _answer_head(app)
     app.add_middleware(AuthAndMetrics, service=service)

@@ -3,7 +3,8 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1|curves|curves_spy|ab     results under $RES, packed into $OUT
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_spy|ab
+#   (results under $RES, packed into $OUT)
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
@@ -12,6 +13,9 @@
 # k1_raw:    the same prompts on the bare engine (LLM.generate, inputs in memory), logprob.
 # k1_trace:  k1_raw, then one batch traced by vLLM's torch profiler: the GPU's busy time, the vision
 #            encoder's share, the idle gaps (reward_tools.gpu_trace; RAW_FLAGS, TRACE_NAME).
+# k1_trace_server: the server's hook path K = 1 (SERVER_FLAGS, REPEATS), then one more batch traced
+#            by vLLM's torch profiler in its engine (`--engine-option profile_dir`, `bench --trace`):
+#            where the GPU waits on the path users run, where requests stream in (TRACE_NAME).
 # k1:        the Qwen profile, logprob (the hook path K = 1), median of REPEATS (5). SPY=1: py-spy
 #            samples the server and its engine core while the bench runs (k1_spy.txt, collapsed
 #            stacks per thread), to see what holds the interpreter.
@@ -115,7 +119,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
 
-case "${1:?primo, primo_raw, k1_raw, k1_trace, k1, curves, curves_spy or ab}" in
+case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_spy or ab}" in
   primo)
     serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 --warmup-batch $N" --styles gen1 gen256 gen1024 \
       --repeats "${REPEATS:-3}"
@@ -141,6 +145,17 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1, curves, curves_spy or ab}" in
       --repeats "${REPEATS:-3}" --max-model-len 8192 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN \
       --gpu-memory-utilization 0.85 ${RAW_FLAGS:-} --profile-dir "/tmp/trace_$name" --out "$RES/$name.json" \
       2>"$RES/$name.log" | tee "$RES/$name.txt"
+    for _ in $(seq 60); do  # the worker may still be writing its trace
+      [ -n "$(find "/tmp/trace_$name" -name '*.json.gz' -size +1k 2>/dev/null)" ] && break
+      sleep 2
+    done
+    sleep 3
+    python3 -m reward_tools.gpu_trace "/tmp/trace_$name" --json "$RES/${name}_gpu.json" | tee "$RES/${name}_gpu.md"
+    ;;
+  k1_trace_server)
+    name=${TRACE_NAME:-k1_trace_server}
+    serve_bench "$name" "${SERVER_FLAGS:-} --engine-option profile_dir=/tmp/trace_$name --warmup-batch $N" \
+      --styles logprob --repeats "${REPEATS:-3}" --trace
     for _ in $(seq 60); do  # the worker may still be writing its trace
       [ -n "$(find "/tmp/trace_$name" -name '*.json.gz' -size +1k 2>/dev/null)" ] && break
       sleep 2

@@ -70,6 +70,8 @@ def test_busy_time_encoder_share_and_gaps(tmp_path):
             "ts": 1600,
             "dur": 2900,
         },
+        # inside the concatenation, the thread waits in a pinned-memory allocation
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaHostAlloc", "pid": 7, "tid": 1, "ts": 2000, "dur": 2400},
         {"ph": "X", "cat": "python_function", "name": "core.py(1): step", "pid": 7, "tid": 1, "ts": 0, "dur": 9000},
         {"ph": "X", "cat": "python_function", "name": "other.py(1): idle", "pid": 7, "tid": 2, "ts": 3000, "dur": 100},
     ]
@@ -90,8 +92,12 @@ def test_busy_time_encoder_share_and_gaps(tmp_path):
         "ms": pytest.approx(3.4),
         "at_ms": pytest.approx(0.6),
         "cpu": "inputs.py(535): _reduce_data > <built-in method concat of type object",
+        "runtime": "cudaHostAlloc",
     }
     assert report["largest_gaps_ms"] == [pytest.approx(3.4)]
+    # runtime calls by total time: the allocation first, then the three launches
+    assert [(c["name"], c["count"]) for c in report["runtime_calls"]] == [("cudaHostAlloc", 1), ("cudaLaunchKernel", 3)]
+    assert report["runtime_calls"][0]["longest_ms"] == pytest.approx(2.4)
 
 
 def test_a_trace_without_gpu_work_is_named(tmp_path, capsys):

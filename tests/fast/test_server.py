@@ -281,3 +281,13 @@ def test_bearer_scheme_is_case_insensitive():
             assert r.status_code == 200, scheme
         assert post(f"{s.url}/score", json=body(), headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert get(f"{s.url}/health").status_code == 200
+
+
+def test_profiling_routes_say_how_to_turn_the_profiler_on(server):
+    """/start_profile and /stop_profile trace vLLM's engine (engines/vllm_profiler.py); another
+    engine, or vLLM without --engine-option profile_dir, is answered 400 with what to do."""
+    for route in ("/start_profile", "/stop_profile"):
+        r = post(f"{server.url}{route}")
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert "--engine-option profile_dir=DIR" in message and "fake" in message
