@@ -26,6 +26,7 @@ import json
 import logging
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
 ENCODER_FUNCTION = "_execute_mm_encoder"
 GAP_MS = 1.0  # idle stretches shorter than this are launch latency, not waiting
+TIMELINE_MS = 100  # the idle timeline's slice
 
 
 @dataclass
@@ -58,6 +60,9 @@ class TraceReport:
     top_encoder_kernels: list[dict[str, Any]] = field(default_factory=list)
     # CUDA runtime calls by name, longest in total first: ms, count, the longest one's ms
     runtime_calls: list[dict[str, Any]] = field(default_factory=list)
+    # every idle stretch (short ones too: a GPU waiting on kernel launches) summed by its cause
+    idle_by_cause: list[dict[str, Any]] = field(default_factory=list)
+    idle_timeline_ms: list[float] = field(default_factory=list)  # idle per TIMELINE_MS of the window
 
     @property
     def busy_share(self) -> float:
@@ -119,36 +124,109 @@ class _Intervals:
 Events = list[dict[str, Any]]
 
 
+class _Calls:
+    """Python calls (or CUDA runtime calls) per (pid, tid), for asking which spanned a moment."""
+
+    def __init__(self, look_back: int) -> None:
+        self.look_back = look_back  # how many earlier calls may still span a moment (1: calls never nest)
+        self._calls: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+        self._starts: dict[tuple, list[float]] = {}
+
+    def add(self, key: tuple, event: dict[str, Any]) -> None:
+        self._calls[key].append((event["ts"], event["ts"] + event.get("dur", 0), event.get("name", "?")))
+
+    def seal(self) -> None:
+        for key, calls in self._calls.items():
+            calls.sort()
+            self._starts[key] = [start for start, _, _ in calls]
+
+    def spanning(self, key: tuple, ts: float, enough: Callable[[list], bool] = lambda found: False) -> list:
+        """The calls of that thread spanning `ts`, innermost (latest start) first, until `enough`."""
+        calls, starts = self._calls.get(key, []), self._starts.get(key, [])
+        found: list[tuple[float, float, str]] = []
+        i = bisect.bisect_right(starts, ts) - 1
+        for j in range(i, max(-1, i - self.look_back), -1):
+            if calls[j][1] >= ts:
+                found.append(calls[j])
+                if enough(found):
+                    break
+        return found
+
+
+# how many earlier calls of a thread are looked through for the ones spanning a moment: calls nest, so
+# the outer ones started long before; a step's few thousand calls are enough to reach its own frame
+_LOOK_BACK = 20000
+
+
 def _gap_causes(events: Events, gpu: Events, launches: dict, gaps: list[tuple[float, float]], origin: float) -> Events:
     """For each gap, the innermost Python function of the thread that launched the GPU work right
-    after it, at the gap's middle ("?" where the trace has no Python calls there)."""
+    after it, at the gap's middle ("?" where the trace has no Python calls there), and the CUDA
+    runtime call that thread was in then, if any."""
     starts = sorted((e["ts"], e.get("args", {}).get("correlation")) for e in gpu)
-    functions: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
-    runtime: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    functions, runtime = _Calls(_LOOK_BACK), _Calls(1)  # a thread's CUDA calls do not nest
     for e in events:
         if e.get("ph") != "X":
             continue
-        span = (e["ts"], e["ts"] + e.get("dur", 0), e.get("name", "?"))
         if e.get("cat") == "python_function":
-            functions[(e.get("pid"), e.get("tid"))].append(span)
+            functions.add((e.get("pid"), e.get("tid")), e)
         elif e.get("cat") in LAUNCH_CATEGORIES:
-            runtime[(e.get("pid"), e.get("tid"))].append(span)
+            runtime.add((e.get("pid"), e.get("tid")), e)
+    functions.seal()
+    runtime.seal()
     out = []
     for begin, end in gaps:
         middle = (begin + end) / 2
         i = bisect.bisect_left(starts, (end,))
         launch = launches.get(starts[i][1]) if i < len(starts) else None
-        spanning = [f for f in functions.get(launch[:2], []) if f[0] <= middle <= f[1]] if launch else []
-        blocked = [c[2] for c in runtime.get(launch[:2], []) if c[0] <= middle <= c[1]] if launch else []
+        spanning = functions.spanning(launch[:2], middle, _has_frame) if launch else []
+        blocked = runtime.spanning(launch[:2], middle, bool) if launch else []
         out.append(
             {
                 "ms": round((end - begin) / 1000, 3),
                 "at_ms": round((begin - origin) / 1000, 3),
                 "cpu": _name(spanning),
-                "runtime": blocked[0] if blocked else "",
+                "runtime": blocked[0][2] if blocked else "",
             }
         )
     return out
+
+
+def _has_frame(found: list[tuple[float, float, str]]) -> bool:
+    return ".py(" in found[-1][2]
+
+
+def _name(spanning: list[tuple[float, float, str]]) -> str:
+    """The innermost Python frame of these nested calls, and the built-in it was in, if any."""
+    if not spanning:
+        return "?"
+    inner = sorted(spanning, key=lambda f: f[1] - f[0])
+    frame = next((name for _, _, name in inner if ".py(" in name), inner[0][2])
+    builtin = inner[0][2].split(" at 0x")[0]
+    return frame if builtin == frame else f"{frame} > {builtin}"
+
+
+def _idle_by_cause(causes: Events, top: int) -> list[dict[str, Any]]:
+    """All idle stretches summed by what the launching thread was in (its Python call and CUDA call)."""
+    ms: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for c in causes:
+        key = c["cpu"] + (f" [{c['runtime']}]" if c["runtime"] else "")
+        ms[key] += c["ms"]
+        count[key] += 1
+    return [{"cpu": key, "ms": round(v, 3), "gaps": count[key]} for key, v in ms.most_common(top)]
+
+
+def _idle_timeline(gaps: list[tuple[float, float]], origin: float, window_ms: float) -> list[float]:
+    """Idle ms in each TIMELINE_MS slice of the window, from its start."""
+    slices = [0.0] * (int(window_ms // TIMELINE_MS) + 1)
+    for begin, end in gaps:
+        t = begin
+        while t < end:
+            k = int((t - origin) / 1000 // TIMELINE_MS)
+            edge = min(end, origin + (k + 1) * TIMELINE_MS * 1000)
+            slices[min(k, len(slices) - 1)] += (edge - t) / 1000
+            t = edge
+    return [round(v, 1) for v in slices]
 
 
 def _runtime_calls(events: Events, top: int) -> list[dict[str, Any]]:
@@ -229,7 +307,9 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         if launch is not None and encoder.contains(launch[:2], launch[2]):
             encoder_only.add(e)
     long_gaps = sorted((g for g in gaps if (g[1] - g[0]) / 1000 >= GAP_MS), key=lambda g: g[0] - g[1])
-    causes = _gap_causes(events, gpu, launches, long_gaps[:5], origin)  # at_ms: from the window's start
+    every_gap = _gap_causes(events, gpu, launches, gaps, origin)  # at_ms: from the window's start
+    by_start = {c["at_ms"]: c for c in every_gap}
+    causes = [by_start[round((g[0] - origin) / 1000, 3)] for g in long_gaps[:5]]
 
     return TraceReport(
         files=files or [],
@@ -248,6 +328,8 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         top_kernels=every.ranked(top),
         top_encoder_kernels=encoder_only.ranked(top),
         runtime_calls=_runtime_calls(events, top),
+        idle_by_cause=_idle_by_cause(every_gap, top),
+        idle_timeline_ms=_idle_timeline(gaps, origin, window_ms),
     )
 
 
@@ -269,6 +351,12 @@ def render(report: TraceReport) -> str:
     for title, kernels in (("all kernels", report.top_kernels), ("the vision encoder's", report.top_encoder_kernels)):
         lines += ["", f"| {title} | ms | count |", "|---|---|---|"]
         lines += [f"| `{k['name']}` | {k['ms']:.1f} | {k['count']} |" for k in kernels]
+    if report.idle_by_cause:
+        lines += ["", "| all idle, by what the launching thread was in | ms | gaps |", "|---|---|---|"]
+        lines += [f"| `{c['cpu']}` | {c['ms']:.1f} | {c['gaps']} |" for c in report.idle_by_cause]
+    if report.idle_timeline_ms:
+        timeline = " ".join(f"{v:g}" for v in report.idle_timeline_ms)
+        lines += ["", f"idle ms per {TIMELINE_MS} ms of the window: {timeline}"]
     if report.runtime_calls:
         lines += ["", "| CUDA runtime calls | ms | count | longest ms |", "|---|---|---|---|"]
         lines += [

@@ -98,6 +98,9 @@ def test_busy_time_encoder_share_and_gaps(tmp_path):
     # runtime calls by total time: the allocation first, then the three launches
     assert [(c["name"], c["count"]) for c in report["runtime_calls"]] == [("cudaHostAlloc", 1), ("cudaLaunchKernel", 3)]
     assert report["runtime_calls"][0]["longest_ms"] == pytest.approx(2.4)
+    # all idle summed by its cause (here the one gap), and per 100 ms of the window (one slice)
+    assert report["idle_by_cause"] == [{"cpu": f"{gap['cpu']} [cudaHostAlloc]", "ms": pytest.approx(3.4), "gaps": 1}]
+    assert report["idle_timeline_ms"] == [pytest.approx(3.4)]
 
 
 def test_a_trace_without_gpu_work_is_named(tmp_path, capsys):
