@@ -246,16 +246,6 @@ def _runtime_calls(events: Events, top: int) -> list[dict[str, Any]]:
     ]
 
 
-def _name(spanning: list[tuple[float, float, str]]) -> str:
-    """The innermost Python frame of these nested calls, and the built-in it was in, if any."""
-    if not spanning:
-        return "?"
-    inner = sorted(spanning, key=lambda f: f[1] - f[0])
-    frame = next((name for _, _, name in inner if ".py(" in name), inner[0][2])
-    builtin = inner[0][2].split(" at 0x")[0]
-    return frame if builtin == frame else f"{frame} > {builtin}"
-
-
 class _KernelTally:
     """Kernel time and launches per kernel name."""
 

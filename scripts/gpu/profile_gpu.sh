@@ -115,6 +115,15 @@ serve_bench() {  # name, server flags, bench arguments...: one server, one bench
   echo "## $name ($flags)"; cat "$RES/${name}_phases.md"
 }
 
+trace_report() {  # name: once the worker wrote its trace under /tmp/trace_NAME, gpu_trace's report of it
+  for _ in $(seq 60); do
+    [ -n "$(find "/tmp/trace_$1" -name '*.json.gz' -size +1k 2>/dev/null)" ] && break
+    sleep 2
+  done
+  sleep 3
+  python3 -m reward_tools.gpu_trace "/tmp/trace_$1" --json "$RES/${1}_gpu.json" | tee "$RES/${1}_gpu.md"
+}
+
 pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
@@ -145,23 +154,13 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
       --repeats "${REPEATS:-3}" --max-model-len 8192 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN \
       --gpu-memory-utilization 0.85 ${RAW_FLAGS:-} --profile-dir "/tmp/trace_$name" --out "$RES/$name.json" \
       2>"$RES/$name.log" | tee "$RES/$name.txt"
-    for _ in $(seq 60); do  # the worker may still be writing its trace
-      [ -n "$(find "/tmp/trace_$name" -name '*.json.gz' -size +1k 2>/dev/null)" ] && break
-      sleep 2
-    done
-    sleep 3
-    python3 -m reward_tools.gpu_trace "/tmp/trace_$name" --json "$RES/${name}_gpu.json" | tee "$RES/${name}_gpu.md"
+    trace_report "$name"
     ;;
   k1_trace_server)
     name=${TRACE_NAME:-k1_trace_server}
     serve_bench "$name" "${SERVER_FLAGS:-} --engine-option profile_dir=/tmp/trace_$name --warmup-batch $N" \
       --styles logprob --repeats "${REPEATS:-3}" --trace
-    for _ in $(seq 60); do  # the worker may still be writing its trace
-      [ -n "$(find "/tmp/trace_$name" -name '*.json.gz' -size +1k 2>/dev/null)" ] && break
-      sleep 2
-    done
-    sleep 3
-    python3 -m reward_tools.gpu_trace "/tmp/trace_$name" --json "$RES/${name}_gpu.json" | tee "$RES/${name}_gpu.md"
+    trace_report "$name"
     ;;
   k1)
     serve_bench k1 "--warmup-batch $N" --styles logprob --repeats "${REPEATS:-5}"
