@@ -8,7 +8,7 @@
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
-#            1.2x of gen1 + 256 decode steps).
+#            1.2x of gen1 + 256 decode steps). PRIMO_FLAGS: more server flags (a setting to check).
 # primo_raw: the same prompts on the bare engine (LLM.generate), gen1 and gen256.
 # k1_raw:    the same prompts on the bare engine (LLM.generate, inputs in memory), logprob.
 # k1_trace:  k1_raw, then one batch traced by vLLM's torch profiler: the GPU's busy time, the vision
@@ -130,7 +130,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
 
 case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_spy or ab}" in
   primo)
-    serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 --warmup-batch $N" --styles gen1 gen256 gen1024 \
+    serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 ${PRIMO_FLAGS:-} --warmup-batch $N" --styles gen1 gen256 gen1024 \
       --repeats "${REPEATS:-3}"
     ;;
   primo_raw)
