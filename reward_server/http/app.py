@@ -298,6 +298,7 @@ def build_app(service: RewardService) -> FastAPI:
         }
 
     async def profile(start: bool) -> dict:
+        service.require_ready()  # 503 while loading: the engine and its profiler are not there yet
         engine = service.engine
         if not engine.profiling:
             raise BadRequest(
@@ -307,13 +308,13 @@ def build_app(service: RewardService) -> FastAPI:
         await (engine.start_profile() if start else engine.stop_profile())
         return {"profiling": start}
 
-    @app.post("/start_profile", responses={400: {"model": ErrorBody}})
+    @app.post("/start_profile", responses={code: {"model": ErrorBody} for code in (400, 503)})
     async def start_profile() -> dict:
         """Start vLLM's torch profiler in the engine (a server started with `--engine-option
-        profile_dir=DIR`), as `vllm serve` does; 400 otherwise."""
+        profile_dir=DIR`), as `vllm serve` does; 400 otherwise, 503 until the engine serves."""
         return await profile(True)
 
-    @app.post("/stop_profile", responses={400: {"model": ErrorBody}})
+    @app.post("/stop_profile", responses={code: {"model": ErrorBody} for code in (400, 503)})
     async def stop_profile() -> dict:
         """Stop the profiler: the engine writes its trace under profile_dir (`python -m
         reward_tools.gpu_trace DIR` reads it)."""

@@ -291,3 +291,9 @@ def test_profiling_routes_say_how_to_turn_the_profiler_on(server):
         assert r.status_code == 400, r.text
         message = r.json()["error"]["message"]
         assert "--engine-option profile_dir=DIR" in message and "fake" in message
+    server.service.status = "loading"  # before the engine serves: not ready, whatever the engine
+    try:
+        r = post(f"{server.url}/start_profile")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "not_ready", r.text
+    finally:
+        server.service.status = "ok"
