@@ -18,10 +18,15 @@ OPTION = "profile_dir"
 
 
 def profiler_config(options: dict[str, Any]) -> dict[str, Any] | None:
-    """vLLM's `profiler_config` engine argument for these engine options, or None without one."""
+    """vLLM's `profiler_config` engine argument for these engine options, or None without one;
+    ValueError when `profiler_config` is given too (two answers to one question)."""
     directory = options.get(OPTION)
     if not directory:
         return None
+    if "profiler_config" in options:
+        raise ValueError(
+            f"--engine-option {OPTION} and --engine-option profiler_config both configure vLLM's profiler: give one"
+        )
     return {"profiler": "torch", "torch_profiler_dir": os.path.abspath(str(directory)), "ignore_frontend": True}
 
 
