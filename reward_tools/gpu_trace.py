@@ -105,22 +105,6 @@ def _union_ms(spans: list[tuple[float, float]]) -> tuple[float, list[tuple[float
     return covered / 1000, gaps
 
 
-class _Intervals:
-    """The encoder's CPU calls per (pid, tid), for asking whether a launch happened inside one."""
-
-    def __init__(self, spans: dict[tuple, list[tuple[float, float]]]):
-        ordered = {key: sorted(v) for key, v in spans.items()}
-        self._starts = {key: [s for s, _ in v] for key, v in ordered.items()}
-        self._ends = {key: [e for _, e in v] for key, v in ordered.items()}
-
-    def contains(self, key: tuple, ts: float) -> bool:
-        starts = self._starts.get(key)
-        if not starts:
-            return False
-        i = bisect.bisect_right(starts, ts) - 1
-        return i >= 0 and ts <= self._ends[key][i]
-
-
 Events = list[dict[str, Any]]
 
 
@@ -278,10 +262,12 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
         if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})
     }
     encoder_spans: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    encoder = _Calls(1)  # the encoder's calls do not nest
     for e in events:
         if e.get("cat") == "python_function" and e.get("name", "").endswith(f": {ENCODER_FUNCTION}"):
             encoder_spans[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e.get("dur", 0)))
-    encoder = _Intervals(encoder_spans)
+            encoder.add((e.get("pid"), e.get("tid")), e)
+    encoder.seal()
 
     spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu]
     busy_ms, gaps = _union_ms(spans)
@@ -294,12 +280,16 @@ def analyse(events: list[dict[str, Any]], files: list[str] | None = None, top: i
             continue
         every.add(e)
         launch = launches.get(e.get("args", {}).get("correlation"))
-        if launch is not None and encoder.contains(launch[:2], launch[2]):
+        if launch is not None and encoder.spanning(launch[:2], launch[2], bool):
             encoder_only.add(e)
-    long_gaps = sorted((g for g in gaps if (g[1] - g[0]) / 1000 >= GAP_MS), key=lambda g: g[0] - g[1])
     every_gap = _gap_causes(events, gpu, launches, gaps, origin)  # at_ms: from the window's start
-    by_start = {c["at_ms"]: c for c in every_gap}
-    causes = [by_start[round((g[0] - origin) / 1000, 3)] for g in long_gaps[:5]]
+    # the gaps of at least GAP_MS with their causes, longest first
+    long = sorted(
+        ((g, c) for g, c in zip(gaps, every_gap, strict=True) if (g[1] - g[0]) / 1000 >= GAP_MS),
+        key=lambda p: p[0][0] - p[0][1],
+    )
+    long_gaps = [g for g, _ in long]
+    causes = [c for _, c in long[:5]]
 
     return TraceReport(
         files=files or [],

@@ -294,13 +294,9 @@ class Engine(ABC):
             )
         return {k: v for k, v in defaults.items() if k not in dropped}
 
-    @property
-    def profiling(self) -> bool:
-        """Whether this engine was started with a profiler that /start_profile can switch on."""
-        return False
-
     async def start_profile(self) -> None:
-        """Start tracing the engine's work (only where `profiling`): vLLM's torch profiler."""
+        """Start tracing the engine's work (vLLM's torch profiler); NotImplementedError, saying why,
+        where this engine has none or was started without it."""
         raise NotImplementedError(f"the {self.name} engine has no profiler")
 
     async def stop_profile(self) -> None:

@@ -723,12 +723,8 @@ class VllmEngine(Engine):
             held.update(processor_cache_use(self._llm))
         return held
 
-    @property
-    def profiling(self) -> bool:
-        return self._profiling and self._llm is not None
-
     def _profiler_on(self) -> None:
-        if not self.profiling:
+        if not (self._profiling and self._llm is not None):
             raise NotImplementedError(
                 f"vLLM's profiler is off: start the server with --engine-option {PROFILE_DIR}=DIR"
             )

@@ -300,12 +300,13 @@ def build_app(service: RewardService) -> FastAPI:
     async def profile(start: bool) -> dict:
         service.require_ready()  # 503 while loading: the engine and its profiler are not there yet
         engine = service.engine
-        if not engine.profiling:
+        try:
+            await (engine.start_profile() if start else engine.stop_profile())
+        except NotImplementedError as exc:  # the engine says why it has no profiler
             raise BadRequest(
-                f"profiling is off: start the server with --engine-option profile_dir=DIR (vLLM engine; this one: "
-                f"{engine.name}), then POST /start_profile and /stop_profile around the work to trace"
-            )
-        await (engine.start_profile() if start else engine.stop_profile())
+                f"profiling is off ({exc}): start the server with --engine-option profile_dir=DIR (vLLM engine), "
+                "then POST /start_profile and /stop_profile around the work to trace"
+            ) from None
         return {"profiling": start}
 
     @app.post("/start_profile", responses={code: {"model": ErrorBody} for code in (400, 503)})
