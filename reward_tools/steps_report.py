@@ -24,7 +24,8 @@ K row's step time) and `over_goal` the K row's wall against it, the measure issu
 
 `--timing` adds, per row, the worker's own timing of each step inside the row's batch (the file of
 `--engine-option step_timing=PATH`, engines/vllm_step_timing.py): when each `execute_model` began
-after the batch's start, its wall and CPU time, the vision encoder's share and what it scheduled.
+after the batch's start, its wall and CPU time, the vision encoder's share, the cycle collector's
+pauses and what it scheduled, then the full collections in the worker's process during the batch.
 """
 
 from __future__ import annotations
@@ -132,12 +133,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def timed_steps(window: tuple[float, float], timing: list[dict]) -> list[dict]:
-    """The worker's timed steps (`execute` rows) that began inside a batch's window, times relative to its start."""
+def timed_steps(window: tuple[float, float], timing: list[dict], what: str = "execute") -> list[dict]:
+    """The worker's timed rows of one kind (`execute`: its steps; `gc`: the full collections in its
+    process) that began inside a batch's window, times relative to its start."""
     start, end = window
     rows = []
     for r in timing:
-        if r.get("what") == "execute" and start <= r["t0"] <= end:
+        if r.get("what") == what and start <= r["t0"] <= end:
             rows.append({**r, "t0": round(r["t0"] - start, 4), "wall_ms": round((r["t1"] - r["t0"]) * 1000, 1)})
     return rows
 
@@ -146,15 +148,24 @@ def timing_table(name: str, rows: list[dict]) -> str:
     lines = [
         f"{name}: the worker's steps (execute_model)",
         "",
-        "| began s | wall ms | CPU ms | encoder ms (calls) | tokens | requests (new) |",
-        "|---|---|---|---|---|---|",
+        "| began s | wall ms | CPU ms | encoder ms (calls) | GC ms (full) | tokens | requests (new) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         encoder = f"{r.get('encoder_ms', 0):.1f} ({r.get('encoder_calls', 0)})"
+        collector = f"{r.get('gc_ms', 0):.1f} ({r.get('gc_full', 0)})" if "gc_ms" in r else "-"
         requests = f"{r.get('requests', 0)} ({r.get('new_requests', 0)})"
         times = f"{r['t0']:.3f} | {r['wall_ms']:.1f} | {r['cpu_ms']:.1f}"
-        lines.append(f"| {times} | {encoder} | {r.get('tokens', 0)} | {requests} |")
+        lines.append(f"| {times} | {encoder} | {collector} | {r.get('tokens', 0)} | {requests} |")
     return "\n".join(lines)
+
+
+def collections_line(rows: list[dict]) -> str:
+    """The worker process's full collections inside a batch: when each began and what it took."""
+    if not rows:
+        return "full collections in the worker's process: none"
+    each = ", ".join(f"{r['t0']:.3f} s ({r['wall_ms']:.1f} ms)" for r in rows)
+    return f"full collections in the worker's process: {len(rows)}, {sum(r['wall_ms'] for r in rows):.1f} ms: {each}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         timing = _jsonl(args.timing)
         for r in bench.get("results", []):
             name = f"{r['path']} {r['style']} N={r['n']} ({r['wall_s']:.2f} s)"
-            print("\n" + timing_table(name, timed_steps(tuple(r.get("window") or (0.0, 0.0)), timing)))
+            window = tuple(r.get("window") or (0.0, 0.0))
+            print("\n" + timing_table(name, timed_steps(window, timing)))
+            print("\n" + collections_line(timed_steps(window, timing, "gc")))
     return 0
 
 

@@ -1,15 +1,20 @@
-"""What vLLM's input processing costs per episode in the server (VllmEngine._render: the HF
-processor, vLLM's prompt update), one episode after another on one thread.
+"""What vLLM's input processing costs per episode in the server (VllmEngine.prepare: the chat
+template and tokenizer; VllmEngine._render: the HF processor, vLLM's prompt update), one episode
+after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
-        [--raw-pixels] [--top 15] [--out FILE]
+        [--raw-pixels] [--points K] [--top 15] [--out FILE]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
 not run, so a tiny checkpoint with the 7B's processor measures what a 7B server's input threads
 do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
-adds cProfile's N costliest functions (own time) over all renders. Prints JSON (and writes it to
+adds cProfile's N costliest functions (own time) over all of them. Prints JSON (and writes it to
 `--out`; vLLM's own log goes to stdout too).
+
+`--points K` measures a progress curve's K points per episode instead (Profile.build_curve, the
+clips' ids as vllm_curves gives them, the longest point first, then the others, whose clips hit
+vLLM's processor cache), as the server's input threads do for one curve: the times are per curve.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
+from reward_server.engines.vllm_curves import assign_clip_ids
 from reward_server.engines.vllm_engine import VllmEngine
 from reward_server.engines.vllm_pixel_norm import RAW_PIXELS
 from reward_server.media.decoding import prepare_raw
@@ -37,33 +43,52 @@ async def run(args: argparse.Namespace) -> dict:
     engine = VllmEngine(engine_config(settings))
     await engine.start()
     try:
-        prepared = []
+        episodes = []
         for seed in range(args.episodes + 1):
             video = prepare_raw(
                 synthetic_episode(args.frames, args.size, seed), args.frames, DEFAULT_MAX_PIXELS, profile.frame_spec
             )
-            request = profile.build(WARMUP_TASK, video, BackendKwargs(score_mode="logprob"), "logprob")
-            inputs, params = engine.prepare(request)
-            if args.raw_pixels:
-                inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
-            prepared.append((inputs, params))
-        engine._render(*prepared[0], None)  # the first one pays one-time costs: not counted
+            kwargs = BackendKwargs(score_mode="logprob")
+            if args.points:
+                requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
+                assign_clip_ids(requests, f"curve{seed}")
+                episodes.append([requests[-1], *requests[:-1]])  # the longest first, as vllm_curves
+            else:
+                episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
+
+        def process(requests: list) -> tuple[float, float, dict]:
+            """One episode's requests prepared and rendered: (prepare ms, render ms, last prompt)."""
+            prepare_s = render_s = 0.0
+            for request in requests:
+                start = time.perf_counter()
+                inputs, params = engine.prepare(request)
+                if args.raw_pixels:
+                    inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
+                rendered = time.perf_counter()
+                prompt = engine._render(inputs, params, None)
+                prepare_s += rendered - start
+                render_s += time.perf_counter() - rendered
+            return prepare_s * 1000, render_s * 1000, prompt
+
+        process(episodes[0])  # the first one pays one-time costs: not counted
         profiler = cProfile.Profile() if args.top else None
-        times = []
-        for inputs, params in prepared[1:]:
-            start = time.perf_counter()
+        prepares, times = [], []
+        for requests in episodes[1:]:
             if profiler:
                 profiler.enable()
-            prompt = engine._render(inputs, params, None)
+            prepare_ms, render_ms, prompt = process(requests)
             if profiler:
                 profiler.disable()
-            times.append((time.perf_counter() - start) * 1000)
+            prepares.append(prepare_ms)
+            times.append(render_ms)
         result = {
             "episodes": args.episodes,
             "frames": args.frames,
             "size": args.size,
             "raw_pixels": args.raw_pixels,
+            "points": args.points,
             "prompt_tokens": len(prompt.get("prompt_token_ids") or ()),
+            "prepare_ms_median": round(statistics.median(prepares), 2),
             "render_ms_median": round(statistics.median(times), 2),
             "render_ms_max": round(max(times), 2),
         }
@@ -90,6 +115,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--raw-pixels", action="store_true")
+    parser.add_argument("--points", type=int, default=0, help="a progress curve of K points per episode")
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()

@@ -118,6 +118,13 @@ class RewardService:
             # event loop) and Python's own take milliseconds, not 0.4 s (memory_release.py)
             self.heap_frozen = await asyncio.to_thread(freeze_startup_heap)
             logger.info("start-up heap frozen: %d objects the collector will not scan again", self.heap_frozen)
+        if self.settings.freeze_heap:
+            # the engine's own processes (vLLM's engine core) are the service's alone even when the
+            # service is embedded: their heaps, warm-up included, are frozen too (engines/vllm_heap.py)
+            try:
+                await self.engine.freeze_heap()
+            except Exception:  # an optimization: the server serves as well without it
+                logger.exception("the engine's heap could not be frozen; serving without it")
         self.status = "ok"
         logger.info(
             "ready: backend=%s engine=%s model=%s (%.1f s)",

@@ -294,6 +294,12 @@ class Engine(ABC):
             )
         return {k: v for k, v in defaults.items() if k not in dropped}
 
+    async def freeze_heap(self) -> dict[str, Any] | None:
+        """Once warm: freeze the heap of the engine's own processes, where it has any (vLLM's engine
+        core; engines/vllm_heap.py), and say what was frozen. None where the engine runs in the
+        server's process, whose heap the service freezes itself."""
+        return None
+
     async def start_profile(self) -> None:
         """Start tracing the engine's work (vLLM's torch profiler); NotImplementedError, saying why,
         where this engine has none or was started without it."""

@@ -56,6 +56,8 @@ from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
+from reward_server.engines.vllm_heap import METHOD as FREEZE_METHOD
+from reward_server.engines.vllm_heap import OPTION as FREEZE
 from reward_server.engines.vllm_options import check_supported
 from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm_pixel_dtype import cast_pixels
@@ -381,6 +383,7 @@ class VllmEngine(Engine):
             PIXEL_DTYPE,
             NORM,
             PROFILE_DIR,
+            FREEZE,
             *CURVE_OPTIONS,
         }
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
@@ -391,8 +394,9 @@ class VllmEngine(Engine):
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
             kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
-        if self.worker_methods():
-            kwargs["worker_extension_cls"] = WORKER_FQCN  # its methods are called by start()
+        if self.worker_methods() or self.freezes_engine_heap():
+            # its methods are called by start() and, once warm, by freeze_heap()
+            kwargs["worker_extension_cls"] = WORKER_FQCN
         check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
 
@@ -426,6 +430,20 @@ class VllmEngine(Engine):
             (bool(self.config.options.get(TIMING)), TIMING_METHOD),
         )
         return [method for on, method in wanted if on]
+
+    def freezes_engine_heap(self) -> bool:
+        """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm_heap.py): unless
+        `--engine-option freeze_engine_heap=false` or the user names a worker extension of their own."""
+        if "worker_extension_cls" in self.config.options:
+            return False
+        return bool(option_value(self.config.options.get(FREEZE, True)))
+
+    async def freeze_heap(self) -> dict[str, Any] | None:
+        if self._llm is None or not self.freezes_engine_heap():
+            return None
+        answers = await self._llm.collective_rpc(FREEZE_METHOD)
+        logger.info("heap frozen in vLLM's workers once warm: %s", answers)
+        return {"workers": answers}
 
     def normalizes_on_device(self) -> bool:
         """Whether our workers normalize uint8 pixels (vllm_pixel_norm): on GPUs unless

@@ -13,7 +13,13 @@ This one times the worker's own calls and appends one JSON line per call to PATH
   lock, the interpreter); waits on the GPU spin and count as CPU, so this alone does not separate
   launching kernels from waiting for them;
 - `encoder_ms`, `encoder_calls`: the vision encoder's share (vLLM's `_execute_mm_encoder`);
-- `tokens`, `requests`, `new_requests`: what the step scheduled.
+- `tokens`, `requests`, `new_requests`: what the step scheduled;
+- `gc_ms`, `gc_full`: the cycle collector's pauses inside the call (all of them, ms) and how many
+  of them were full collections (generation 2).
+
+Every full collection, inside a call or between calls, also gets a line of its own: `what: "gc"`,
+its `t0`/`t1` and how many objects it freed. A full collection scans every object the process has
+not frozen and holds the interpreter that launches the kernels (engines/vllm_heap.py).
 
 Why (issue 40, fifth round): the step log put the first step of each 64-episode batch 0.22-0.28 s
 after the batch began. Timed here, the worker started it at 71 ms: with vLLM's asynchronous
@@ -25,6 +31,7 @@ Like the other worker features it is a mixin of the engine's worker extension
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -46,6 +53,32 @@ def _scheduled(scheduler_output: Any) -> dict[str, int]:
     }
 
 
+class GcPauses:
+    """The cycle collector's pauses in this process, from `gc.callbacks`: their running total, and
+    the full collections as rows (drained by the step that follows them)."""
+
+    def __init__(self) -> None:
+        self.total_ms = 0.0
+        self.full = 0
+        self.rows: list[dict[str, Any]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.monotonic()
+            return
+        ended = time.monotonic()
+        self.total_ms += (ended - self._started) * 1000
+        if info.get("generation") == 2:
+            self.full += 1
+            freed = info.get("collected")
+            self.rows.append({"what": "gc", "t0": round(self._started, 6), "t1": round(ended, 6), "collected": freed})
+
+    def drain(self) -> list[dict[str, Any]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
 def time_runner(runner: Any, path: str) -> bool:
     """Time this vLLM model runner's steps into `path` (see the module); False where the runner
     has no `execute_model` (another vLLM version): it then runs as it is."""
@@ -55,6 +88,8 @@ def time_runner(runner: Any, path: str) -> bool:
     if getattr(execute, _MARK, False):
         return True
     log = open(path, "a", buffering=1)  # open while the worker lives
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     encoder = {"s": 0.0, "calls": 0}
     encode = getattr(runner, "_execute_mm_encoder", None)
     if encode is not None:
@@ -72,6 +107,7 @@ def time_runner(runner: Any, path: str) -> bool:
     def timed(what: str, call: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
             encoder["s"], encoder["calls"] = 0.0, 0
+            gc_ms, gc_full = pauses.total_ms, pauses.full
             start, cpu = time.monotonic(), time.thread_time()
             try:
                 return call(*args, **kwargs)
@@ -81,12 +117,15 @@ def time_runner(runner: Any, path: str) -> bool:
                     "t0": round(start, 6),
                     "t1": round(time.monotonic(), 6),
                     "cpu_ms": round((time.thread_time() - cpu) * 1000, 3),
+                    "gc_ms": round(pauses.total_ms - gc_ms, 3),
+                    "gc_full": pauses.full - gc_full,
                 }
                 if what == "execute":
                     row["encoder_ms"] = round(encoder["s"] * 1000, 3)
                     row["encoder_calls"] = encoder["calls"]
                     row.update(_scheduled(args[0] if args else kwargs.get("scheduler_output")))
-                log.write(json.dumps(row) + "\n")
+                for line in [*pauses.drain(), row]:
+                    log.write(json.dumps(line) + "\n")
 
         setattr(run, _MARK, True)
         return run

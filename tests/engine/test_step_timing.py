@@ -5,6 +5,7 @@ scheduled, its vision encoder's share and the CPU it used, on the clock of the s
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from reward_client.client import RetryPolicy, RewardClient
@@ -27,12 +28,17 @@ def test_every_step_of_a_batch_is_timed_with_what_it_scheduled(tiny_checkpoint, 
         server.stop()
     assert all(item.error is None for item in items), [item.error for item in items]
     responses = [item.response for item in items]
-    assert "steps timed in vLLM's workers: [True]" in server.log_path.read_text()
+    log = server.log_path.read_text()
+    assert "steps timed in vLLM's workers: [True]" in log
+    # once warm, the worker's heap was frozen (engines/vllm_heap.py): the server says how much
+    frozen = re.search(r"heap frozen in vLLM's workers once warm: \[\{'scanned': (\d+), 'frozen': (\d+)", log)
+    assert frozen and int(frozen.group(2)) >= 100_000, log[-2000:]  # vLLM, torch and transformers at least
 
     rows = [r for r in map(json.loads, timing.read_text().splitlines()) if r["t0"] >= sent]
     executed = [r for r in rows if r["what"] == "execute" and r["tokens"] > 0]
     assert executed, rows
-    assert all(r["t1"] >= r["t0"] and r["cpu_ms"] >= 0 for r in rows)
+    assert all(r["t1"] >= r["t0"] for r in rows)
+    assert all(r["cpu_ms"] >= 0 and r["gc_ms"] >= 0 and r["gc_full"] >= 0 for r in rows if r["what"] != "gc")
     # every prompt token the engine computed (prefix-cache hits are not computed) is in one timed step
     computed = sum(r.prompt_tokens - (r.cached_tokens or 0) for r in responses)
     assert sum(r["tokens"] for r in executed) == computed, (executed, computed)

@@ -63,3 +63,21 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
     assert kwargs("--engine-option", "shutdown_timeout=0")["shutdown_timeout"] == 0
     # ours, applied by the server before the engine core starts (vllm_threads): not an engine argument
     assert "torch_threads" not in kwargs("--engine-option", "torch_threads=2")
+
+
+def test_the_workers_heap_freeze_is_ours_and_a_users_worker_extension_turns_it_off():
+    """freeze_engine_heap (engines/vllm_heap.py) is the server's option, not vLLM's; it brings our
+    worker extension even where no other worker feature is on (a CPU), and a user's own extension
+    wins over it."""
+    from reward_server.engines.vllm_engine import VllmEngine
+    from reward_server.engines.vllm_worker import FQCN
+
+    def engine(*argv: str) -> VllmEngine:
+        return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"])))
+
+    default = engine()
+    assert default.freezes_engine_heap() and default.engine_kwargs()["worker_extension_cls"] == FQCN
+    off = engine("--engine-option", "freeze_engine_heap=false")
+    assert not off.freezes_engine_heap() and "freeze_engine_heap" not in off.engine_kwargs()
+    theirs = engine("--engine-option", "worker_extension_cls=my.Ext")
+    assert not theirs.freezes_engine_heap() and theirs.engine_kwargs()["worker_extension_cls"] == "my.Ext"

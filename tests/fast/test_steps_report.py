@@ -55,7 +55,8 @@ def test_curves_give_one_row_per_repeat():
 
 def test_the_workers_timed_steps_of_each_batch_are_listed_from_its_start(tmp_path, capsys):
     """--timing: the worker's execute_model rows that began inside a row's batch, relative to its
-    start, with their wall and CPU time; sample rows and steps of other batches are left out."""
+    start, with their wall and CPU time and the collector's pauses, then the full collections in the
+    worker's process during the batch; sample rows and rows of other batches are left out."""
     bench = {"results": [{"path": "hook_raw", "style": "logprob", "n": 4, "wall_s": 0.5, "window": [10.0, 10.5]}]}
     timing = [
         {
@@ -89,14 +90,20 @@ def test_the_workers_timed_steps_of_each_batch_are_listed_from_its_start(tmp_pat
             "tokens": 2100,
             "requests": 3,
             "new_requests": 3,
+            "gc_ms": 24.5,
+            "gc_full": 1,
         },
+        {"what": "gc", "t0": 10.2, "t1": 10.2245, "collected": 12},
+        {"what": "gc", "t0": 9.0, "t1": 9.03, "collected": 0},
     ]
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     (tmp_path / "steps.jsonl").write_text("\n".join(json.dumps(s) for s in _steps(10.0)))
     (tmp_path / "timing.jsonl").write_text("\n".join(json.dumps(t) for t in timing))
     main([str(tmp_path / "bench.json"), str(tmp_path / "steps.jsonl"), "--timing", str(tmp_path / "timing.jsonl")])
     out = capsys.readouterr().out
-    assert "| 0.050 | 60.0 | 55.0 | 30.0 (1) | 718 | 1 (1) |" in out
-    assert "| 0.120 | 200.0 | 190.0 | 120.0 (1) | 2100 | 3 (3) |" in out
+    assert "| 0.050 | 60.0 | 55.0 | 30.0 (1) | - | 718 | 1 (1) |" in out  # a file from before GC timing
+    assert "| 0.120 | 200.0 | 190.0 | 120.0 (1) | 24.5 (1) | 2100 | 3 (3) |" in out
+    # the full collection inside the batch, not the one before it
+    assert "full collections in the worker's process: 1, 24.5 ms: 0.200 s (24.5 ms)" in out
     timed = [line for line in out.splitlines() if line.startswith("| -0.") or line.startswith("| 0.")]
     assert len(timed) == 2, timed  # the other batch's step and the sample row are left out
