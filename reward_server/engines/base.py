@@ -136,10 +136,6 @@ class EngineStats:
     batches: int = 0  # micro-batches run (engines that batch themselves)
     max_batch_size: int = 0  # largest micro-batch; vLLM: most requests its scheduler ran in one step
     curves: int = 0  # progress curves asked for (each point is one of `requests`)
-    # an idle engine's first requests handed over together (vLLM's first_step_batch): how many
-    # times, and the most at once
-    first_step_groups: int = 0
-    first_step_largest: int = 0
     prompt_tokens: int = 0  # prompt tokens of finished requests
     cached_tokens: int = 0  # of those, taken from the prefix cache (engines that have one: vLLM)
     prefix_cache_queries: int = 0  # vLLM's own prefix-cache counters: tokens looked up
@@ -172,10 +168,6 @@ class EngineStats:
     def record_output(self, output: EngineOutput) -> None:
         self.prompt_tokens += output.prompt_tokens or 0
         self.cached_tokens += output.cached_tokens or 0
-
-    def record_first_step(self, size: int) -> None:
-        self.first_step_groups += 1
-        self.first_step_largest = max(self.first_step_largest, size)
 
     def record_batch(self, size: int) -> None:
         self.batches += 1

@@ -50,8 +50,6 @@ from reward_server.engines.base import (
     EngineInputRejected,
     EngineRequestFailed,
 )
-from reward_server.engines.first_step import OPTIONS as FIRST_STEP_OPTIONS
-from reward_server.engines.first_step import SETTLE_CAP_MS, SETTLE_MS, FirstStepGather, gather_settings
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import load_processor, render, video_metadata
 from reward_server.engines.step_floor import OPTION
@@ -325,7 +323,6 @@ class VllmEngine(Engine):
         self._prep_pool: ThreadPoolExecutor | None = None
         self._serial = threading.Lock()
         self._curves = curve_settings(config.options)
-        self._gather = FirstStepGather(gather_settings(config.options), stats=self.stats)
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
         self._logprob_kinds = _LogprobKinds()
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
@@ -387,7 +384,6 @@ class VllmEngine(Engine):
             NORM,
             PROFILE_DIR,
             FREEZE,
-            *FIRST_STEP_OPTIONS,
             *CURVE_OPTIONS,
         }
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
@@ -398,12 +394,6 @@ class VllmEngine(Engine):
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
             kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
-        if self._gather.settings.settle_ms > 0 and "scheduler_cls" not in c.options:
-            from reward_server.engines.vllm_settle import FQCN as SETTLING
-
-            kwargs["scheduler_cls"] = SETTLING
-            settle = {SETTLE_MS: self._gather.settings.settle_ms, SETTLE_CAP_MS: self._gather.settings.settle_cap_ms}
-            kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), **settle}
         if self.worker_methods() or self.freezes_engine_heap():
             # its methods are called by start() and, once warm, by freeze_heap()
             kwargs["worker_extension_cls"] = WORKER_FQCN
@@ -649,16 +639,12 @@ class VllmEngine(Engine):
         whole prompt computed)."""
         prompt: Any = inputs
         rendering = time.perf_counter()
-        async with self._gather.processing_input():
-            if self._prep_pool is not None:
-                loop = asyncio.get_running_loop()
-                prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
-            else:
-                prompt = self._render(inputs, params, cap)
+        if self._prep_pool is not None:
+            loop = asyncio.get_running_loop()
+            prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
+        else:
+            prompt = self._render(inputs, params, cap)
         input_s = time.perf_counter() - rendering
-        # an idle engine's first step gets a few episodes, not one (first_step.py); a curve's longest
-        # point never waits: its shorter points are processed only once it is handed over
-        await self._gather.ready(may_wait=marks is None)
         final = None
         if marks is not None and prompt is not inputs:
             # processed here: AsyncLLM sends it to the engine core before this task next suspends,
@@ -679,8 +665,6 @@ class VllmEngine(Engine):
             if isinstance(exc, _input_errors()):  # input validation, when it runs inside AsyncLLM
                 raise EngineInputRejected(f"the engine refused this input: {exc}") from None
             raise
-        finally:
-            self._gather.done()
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
         return final, input_s
