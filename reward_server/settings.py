@@ -114,7 +114,8 @@ class ServerSettings(BaseModel):
     freeze_heap: bool = Field(
         True,
         description="once warm, mark the start-up heap (engine, libraries) permanent: the cycle collector, which "
-        "holds the event loop, then scans only what requests allocate (a full scan took 0.4 s; CLI and Ray replicas)",
+        "holds the event loop, then scans only what requests allocate (a full scan took 0.4 s; CLI and Ray replicas); "
+        "vLLM's worker processes too (--engine-option freeze_engine_heap=false: not theirs)",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="deadline per request; past it the answer is 504")
     decode_workers: int | None = Field(
