@@ -14,7 +14,10 @@ adds cProfile's N costliest functions (own time) over all of them. Prints JSON (
 
 `--points K` measures a progress curve's K points per episode instead (Profile.build_curve, the
 clips' ids as vllm_curves gives them, the longest point first, then the others, whose clips hit
-vLLM's processor cache), as the server's input threads do for one curve: the times are per curve.
+vLLM's processor cache), as the server's input threads do for one curve: the times are per curve,
+and `render_ms_by_point_kind` splits the render time into the longest point, the points that end
+inside a temporal group (each brings a tail clip of its own) and the points whose clips are all
+shared.
 """
 
 from __future__ import annotations
@@ -56,9 +59,20 @@ async def run(args: argparse.Namespace) -> dict:
             else:
                 episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
 
-        def process(requests: list) -> tuple[float, float, dict]:
-            """One episode's requests prepared and rendered: (prepare ms, render ms, last prompt)."""
+        def kind(request: object, requests: list) -> str:
+            """A curve's point: the longest (processed first), one whose last clip is its own (a
+            tail: it ends inside a temporal group), or one whose clips the longest already brought."""
+            if request is requests[0]:
+                return "longest"
+            last = request.clip_ids[-1] if request.clip_ids else None
+            shown = sum(last in other.clip_ids for other in requests)
+            return "tail" if shown == 1 else "shared"
+
+        def process(requests: list) -> tuple[float, float, dict, dict[str, float]]:
+            """One episode's requests prepared and rendered: (prepare ms, render ms, last prompt,
+            render ms by kind of curve point)."""
             prepare_s = render_s = 0.0
+            by_kind: dict[str, float] = {}
             for request in requests:
                 start = time.perf_counter()
                 inputs, params = engine.prepare(request)
@@ -67,20 +81,25 @@ async def run(args: argparse.Namespace) -> dict:
                 rendered = time.perf_counter()
                 prompt = engine._render(inputs, params, None)
                 prepare_s += rendered - start
-                render_s += time.perf_counter() - rendered
-            return prepare_s * 1000, render_s * 1000, prompt
+                took = time.perf_counter() - rendered
+                render_s += took
+                if args.points:
+                    name = kind(request, requests)
+                    by_kind[name] = by_kind.get(name, 0.0) + took * 1000
+            return prepare_s * 1000, render_s * 1000, prompt, by_kind
 
         process(episodes[0])  # the first one pays one-time costs: not counted
         profiler = cProfile.Profile() if args.top else None
-        prepares, times = [], []
+        prepares, times, kinds = [], [], []
         for requests in episodes[1:]:
             if profiler:
                 profiler.enable()
-            prepare_ms, render_ms, prompt = process(requests)
+            prepare_ms, render_ms, prompt, by_kind = process(requests)
             if profiler:
                 profiler.disable()
             prepares.append(prepare_ms)
             times.append(render_ms)
+            kinds.append(by_kind)
         result = {
             "episodes": args.episodes,
             "frames": args.frames,
@@ -92,6 +111,11 @@ async def run(args: argparse.Namespace) -> dict:
             "render_ms_median": round(statistics.median(times), 2),
             "render_ms_max": round(max(times), 2),
         }
+        if args.points:  # where a curve's render time goes: its points by kind (kind() above), per curve
+            result["render_ms_by_point_kind"] = {
+                name: round(statistics.median(k.get(name, 0.0) for k in kinds), 2)
+                for name in ("longest", "tail", "shared")
+            }
         if profiler:
             stats = pstats.Stats(profiler)
             rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[: args.top]
