@@ -25,7 +25,9 @@ K row's step time) and `over_goal` the K row's wall against it, the measure issu
 `--timing` adds, per row, the worker's own timing of each step inside the row's batch (the file of
 `--engine-option step_timing=PATH`, engines/vllm_step_timing.py): when each `execute_model` began
 after the batch's start, its wall and CPU time, the vision encoder's share, the cycle collector's
-pauses and what it scheduled, then the full collections in the worker's process during the batch.
+pauses and what it scheduled, then a line that sums the batch (steps with work and empty ones,
+what a working step held, the encoder's and the collector's totals) and the full collections in
+the worker's process during it; for a curves file, every repeat's batch.
 """
 
 from __future__ import annotations
@@ -160,6 +162,38 @@ def timing_table(name: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def timing_summary(rows: list[dict]) -> str:
+    """One batch's timed steps in a line: how many did work and how many found nothing to do
+    (the engine waited for inputs), what a working step held (medians), and the vision encoder's
+    and the collector's totals."""
+    work = [r for r in rows if r.get("tokens", 0) > 0]
+    if not work:
+        return f"steps with work: 0 of {len(rows)}"
+    requests = statistics.median(r.get("requests", 0) for r in work)
+    tokens = statistics.median(r.get("tokens", 0) for r in work)
+    encoder = sum(r.get("encoder_ms", 0) for r in rows) / 1000
+    collector = sum(r.get("gc_ms", 0) for r in rows)
+    return (
+        f"steps with work: {len(work)}, empty: {len(rows) - len(work)}; per working step (median) "
+        f"{requests:g} requests, {tokens:g} tokens; encoder {encoder:.2f} s, collector {collector:.0f} ms in all"
+    )
+
+
+def batches(bench: dict) -> list[tuple[str, tuple[float, float]]]:
+    """(name, window) of every batch a benchmark file measured: `reward_tools.bench`'s median batch
+    per row, or every repeat of `reward_tools.bench_curves`' rows."""
+    if "rows" in bench and "results" not in bench:
+        return [
+            (f"curve K={r['k']} #{i + 1} N={r['n']} ({w[1] - w[0]:.2f} s)", (w[0], w[1]))
+            for r in bench["rows"]
+            for i, w in enumerate(r.get("windows") or [])
+        ]
+    return [
+        (f"{r['path']} {r['style']} N={r['n']} ({r['wall_s']:.2f} s)", tuple(r.get("window") or (0.0, 0.0)))
+        for r in bench.get("results", [])
+    ]
+
+
 def collections_line(rows: list[dict]) -> str:
     """The worker process's full collections inside a batch: when each began and what it took."""
     if not rows:
@@ -187,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if args.timing:
         timing = _jsonl(args.timing)
-        for r in bench.get("results", []):
-            name = f"{r['path']} {r['style']} N={r['n']} ({r['wall_s']:.2f} s)"
-            window = tuple(r.get("window") or (0.0, 0.0))
-            print("\n" + timing_table(name, timed_steps(window, timing)))
-            print("\n" + collections_line(timed_steps(window, timing, "gc")))
+        for name, window in batches(bench):
+            steps = timed_steps(window, timing)
+            print("\n" + timing_table(name, steps))
+            print("\n" + timing_summary(steps))
+            print(collections_line(timed_steps(window, timing, "gc")))
     return 0
 
 

@@ -107,3 +107,41 @@ def test_the_workers_timed_steps_of_each_batch_are_listed_from_its_start(tmp_pat
     assert "full collections in the worker's process: 1, 24.5 ms: 0.200 s (24.5 ms)" in out
     timed = [line for line in out.splitlines() if line.startswith("| -0.") or line.startswith("| 0.")]
     assert len(timed) == 2, timed  # the other batch's step and the sample row are left out
+
+
+def test_a_curves_files_repeats_each_get_their_steps_and_a_summary(tmp_path, capsys):
+    """--timing on reward_tools.bench_curves' output: every repeat's batch, by its own window, with
+    a line that counts the steps that did work and those that found nothing to do."""
+    curves = {"rows": [{"way": "curve", "k": 8, "n": 4, "windows": [[10.0, 10.5], [20.0, 20.4]]}]}
+
+    def step(t0: float, tokens: int, requests: int, encoder_ms: float = 0.0) -> dict:
+        return {
+            "what": "execute",
+            "t0": t0,
+            "t1": t0 + 0.05,
+            "cpu_ms": 40.0,
+            "encoder_ms": encoder_ms,
+            "encoder_calls": int(bool(encoder_ms)),
+            "tokens": tokens,
+            "requests": requests,
+            "new_requests": requests,
+            "gc_ms": 1.0,
+            "gc_full": 0,
+        }
+
+    timing = [
+        step(10.01, 1500, 8, 30.0),
+        step(10.07, 0, 0),
+        step(10.1, 2500, 16, 40.0),
+        step(10.2, 0, 0),
+        step(20.01, 4000, 32, 50.0),
+    ]
+    (tmp_path / "curves.json").write_text(json.dumps(curves))
+    (tmp_path / "steps.jsonl").write_text("\n".join(json.dumps(s) for s in _steps(10.0) + _steps(20.0)))
+    (tmp_path / "timing.jsonl").write_text("\n".join(json.dumps(t) for t in timing))
+    main([str(tmp_path / "curves.json"), str(tmp_path / "steps.jsonl"), "--timing", str(tmp_path / "timing.jsonl")])
+    out = capsys.readouterr().out
+    assert "curve K=8 #1 N=4 (0.50 s): the worker's steps" in out and "curve K=8 #2 N=4 (0.40 s)" in out
+    first, second = out.split("curve K=8 #2")
+    assert "steps with work: 2, empty: 2; per working step (median) 12 requests, 2000 tokens; encoder 0.07 s" in first
+    assert "steps with work: 1, empty: 0; per working step (median) 32 requests, 4000 tokens; encoder 0.05 s" in second
