@@ -479,11 +479,15 @@ class _Attempts:
         self.deadline = deadline if deadline is not None else time.monotonic() + client.policy.deadline_s
         self.count = 0
         self.last = "no attempt"
+        # the latest failure other than the last one: an attempt the deadline cut short ends the
+        # call with a timeout, which must not hide why the attempts before it failed
+        self.before: str | None = None
 
     def _unavailable(self) -> RewardUnavailable:
+        before = f"; before it: {self.before}" if self.before else ""
         return RewardUnavailable(
             f"no answer from {self.client.base_url}{self.path} within {self.client.policy.deadline_s:g} s "
-            f"({self.count} attempts; last: {self.last})"
+            f"({self.count} attempts; last: {self.last}{before})"
         )
 
     def bound(self) -> float:
@@ -496,6 +500,8 @@ class _Attempts:
 
     def failed(self, retry_after: float | None, what: str) -> float:
         self.count += 1
+        if what != self.last and self.count > 1:
+            self.before = self.last
         self.last = what
         pause = self.client.policy.delay(self.count, retry_after)
         if time.monotonic() + pause >= self.deadline:

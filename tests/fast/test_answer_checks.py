@@ -206,3 +206,18 @@ def test_a_proxys_413_halves_the_batch_until_it_passes():
         items = client.score_episodes(raw_episodes())
         assert [item.response.score for item in items] == [GOOD] * N
         assert client.split_requests == 2  # 3 -> 1 + 2 -> 1 + 1 + 1
+
+
+def test_the_error_at_the_deadline_names_why_the_attempts_before_a_cut_short_one_failed():
+    """The deadline can cut the last attempt short (a timeout): the error still says what the
+    attempts before it got, here answers that could not be right."""
+    from reward_client.client import _Attempts
+
+    with RewardClient("http://127.0.0.1:9", RetryPolicy(deadline_s=60.0)) as client:
+        attempts = _Attempts(client, "/score/batch")
+        for _ in range(3):
+            attempts.failed(None, "protocol error: the answer's indices are [0, 0]")
+        attempts.failed(None, "ReadTimeout: the attempt's time bound passed")
+        message = str(attempts._unavailable())
+    assert "4 attempts; last: ReadTimeout" in message
+    assert "before it: protocol error: the answer's indices are [0, 0]" in message
