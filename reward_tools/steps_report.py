@@ -89,8 +89,13 @@ def curve_rows(curves: dict, steps: list[dict]) -> list[dict]:
     return rows
 
 
+def _curves(bench: dict) -> bool:
+    """Whether a benchmark file is `reward_tools.bench_curves`' (rows of repeats) rather than `reward_tools.bench`'s."""
+    return "rows" in bench and "results" not in bench
+
+
 def report(bench: dict, steps: list[dict], decode_tokens: int) -> list[dict]:
-    if "rows" in bench and "results" not in bench:
+    if _curves(bench):
         return curve_rows(bench, steps)
     rows = []
     for r in bench["results"]:
@@ -182,7 +187,7 @@ def timing_summary(rows: list[dict]) -> str:
 def batches(bench: dict) -> list[tuple[str, tuple[float, float]]]:
     """(name, window) of every batch a benchmark file measured: `reward_tools.bench`'s median batch
     per row, or every repeat of `reward_tools.bench_curves`' rows."""
-    if "rows" in bench and "results" not in bench:
+    if _curves(bench):
         return [
             (f"curve K={r['k']} #{i + 1} N={r['n']} ({w[1] - w[0]:.2f} s)", (w[0], w[1]))
             for r in bench["rows"]

@@ -294,11 +294,10 @@ class Engine(ABC):
             )
         return {k: v for k, v in defaults.items() if k not in dropped}
 
-    async def freeze_heap(self) -> dict[str, Any] | None:
+    async def freeze_heap(self) -> None:  # noqa: B027 - optional hook
         """Once warm: freeze the heap of the engine's own processes, where it has any (vLLM's engine
-        core; engines/vllm_heap.py), and say what was frozen. None where the engine runs in the
-        server's process, whose heap the service freezes itself."""
-        return None
+        core; engines/vllm_heap.py). Nothing where the engine runs in the server's process, whose
+        heap the service freezes itself."""
 
     async def start_profile(self) -> None:
         """Start tracing the engine's work (vLLM's torch profiler); NotImplementedError, saying why,

@@ -438,12 +438,11 @@ class VllmEngine(Engine):
             return False
         return bool(option_value(self.config.options.get(FREEZE, True)))
 
-    async def freeze_heap(self) -> dict[str, Any] | None:
+    async def freeze_heap(self) -> None:
         if self._llm is None or not self.freezes_engine_heap():
-            return None
+            return
         answers = await self._llm.collective_rpc(FREEZE_METHOD)
         logger.info("heap frozen in vLLM's workers once warm: %s", answers)
-        return {"workers": answers}
 
     def normalizes_on_device(self) -> bool:
         """Whether our workers normalize uint8 pixels (vllm_pixel_norm): on GPUs unless
