@@ -3,7 +3,7 @@ template and tokenizer; VllmEngine._render: the HF processor, vLLM's prompt upda
 after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
-        [--raw-pixels] [--points K] [--top 15] [--out FILE]
+        [--raw-pixels] [--points K] [--top 15] [--concurrent 2,4,8 [--repeats 3]] [--out FILE]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
@@ -11,6 +11,13 @@ not run, so a tiny checkpoint with the 7B's processor measures what a 7B server'
 do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
 adds cProfile's N costliest functions (own time) over all of them. Prints JSON (and writes it to
 `--out`; vLLM's own log goes to stdout too).
+
+`--concurrent T1,T2,...` measures what the server does with a whole batch instead: all the episodes
+(or curves) at once through the engine's input pool of T threads (`preprocess_threads`), each
+request prepared and processed in one pool job as the engine does (`VllmEngine._input`), side by
+side with the former split that prepared each request on the event loop (`loop`), repeated
+(`--repeats`, new episodes each time). It prints each row's wall time per episode and how late the event
+loop ran a 1 ms timer meanwhile: the loop is what hands processed inputs to vLLM.
 
 `--points K` measures a progress curve's K points per episode instead (Profile.build_curve, the
 clips' ids as vllm_curves gives them, the longest point first, then the others, whose clips hit
@@ -26,9 +33,12 @@ import argparse
 import asyncio
 import cProfile
 import json
+import logging
 import pstats
 import statistics
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
@@ -36,7 +46,6 @@ from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.vllm_curves import assign_clip_ids
 from reward_server.engines.vllm_engine import VllmEngine
-from reward_server.engines.vllm_pixel_norm import RAW_PIXELS
 from reward_server.media.decoding import prepare_raw
 
 
@@ -45,19 +54,29 @@ async def run(args: argparse.Namespace) -> dict:
     profile = build_profile(settings)
     engine = VllmEngine(engine_config(settings))
     await engine.start()
+    # uint8 patches as on a GPU, where the workers normalize them (the CPU engine has no such workers)
+    engine._raw_pixels = args.raw_pixels
     try:
-        episodes = []
-        for seed in range(args.episodes + 1):
-            video = prepare_raw(
-                synthetic_episode(args.frames, args.size, seed), args.frames, DEFAULT_MAX_PIXELS, profile.frame_spec
-            )
-            kwargs = BackendKwargs(score_mode="logprob")
-            if args.points:
-                requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
-                assign_clip_ids(requests, f"curve{seed}")
-                episodes.append([requests[-1], *requests[:-1]])  # the longest first, as vllm_curves
-            else:
-                episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
+
+        def build(seeds: range) -> list[list]:
+            """Each episode's requests (a curve's points: the longest first, as vllm_curves)."""
+            episodes = []
+            for seed in seeds:
+                video = prepare_raw(
+                    synthetic_episode(args.frames, args.size, seed), args.frames, DEFAULT_MAX_PIXELS, profile.frame_spec
+                )
+                kwargs = BackendKwargs(score_mode="logprob")
+                if args.points:
+                    requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
+                    assign_clip_ids(requests, f"curve{seed}")
+                    episodes.append([requests[-1], *requests[:-1]])
+                else:
+                    episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
+            return episodes
+
+        if args.concurrent:
+            return await concurrent(engine, build, args)
+        episodes = build(range(args.episodes + 1))
 
         def kind(request: object, requests: list) -> str:
             """A curve's point: the longest (processed first), one whose last clip is its own (a
@@ -76,8 +95,6 @@ async def run(args: argparse.Namespace) -> dict:
             for request in requests:
                 start = time.perf_counter()
                 inputs, params = engine.prepare(request)
-                if args.raw_pixels:
-                    inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
                 rendered = time.perf_counter()
                 prompt = engine._render(inputs, params, None)
                 prepare_s += rendered - start
@@ -132,6 +149,88 @@ async def run(args: argparse.Namespace) -> dict:
         await engine.shutdown()
 
 
+async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dict:
+    """The batch at once through the engine's input pool: each row's wall time per episode and the
+    event loop's lateness (see the module's notes)."""
+    loop = asyncio.get_running_loop()
+    prepared_in: set[str] = set()  # the threads that ran VllmEngine.prepare in the row being measured
+    prepare = engine.prepare
+
+    def recorded(request):
+        prepared_in.add(threading.current_thread().name.rsplit("_", 1)[0])  # vllm-inputs_3 -> vllm-inputs
+        return prepare(request)
+
+    engine.prepare = recorded  # type: ignore[method-assign]
+
+    async def on_loop(request) -> None:  # the former split: prepared on the loop, processed in the pool
+        inputs, params = engine.prepare(request)
+        await loop.run_in_executor(engine._prep_pool, engine._render, inputs, params, None)
+
+    async def in_pool(request) -> None:  # the engine's own (VllmEngine._input)
+        await engine._input(request, None)
+
+    async def episode(one, requests: list) -> None:  # a curve: the others once the longest is processed
+        first, *others = requests
+        await one(first)
+        await asyncio.gather(*(one(r) for r in others))
+
+    async def timed(one, episodes: list[list]) -> tuple[float, list[float]]:
+        lateness: list[float] = []
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            while not done.is_set():
+                start = time.perf_counter()
+                await asyncio.sleep(0.001)
+                lateness.append((time.perf_counter() - start - 0.001) * 1000)
+
+        tick = asyncio.ensure_future(ticker())
+        start = time.perf_counter()
+        await asyncio.gather(*(episode(one, requests) for requests in episodes))
+        wall = time.perf_counter() - start
+        done.set()
+        await tick
+        return wall, lateness
+
+    rows = []
+    seed = 0
+    for threads in args.concurrent:
+        engine._prep_pool = ThreadPoolExecutor(threads, thread_name_prefix="vllm-inputs")
+        await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
+        seed += 2
+        for name, one in (("loop", on_loop), ("pool", in_pool)):
+            walls, late = [], []
+            prepared_in.clear()
+            for _ in range(args.repeats):  # new episodes every time: nothing is a cache hit across repeats
+                wall, lateness = await timed(one, build(range(seed, seed + args.episodes)))
+                seed += args.episodes
+                walls.append(wall * 1000 / args.episodes)
+                late.extend(lateness)
+            late.sort()
+            rows.append(
+                {
+                    "threads": threads,
+                    "prepared_on": name,
+                    "ms_per_episode_median": round(statistics.median(walls), 2),
+                    "ms_per_episode": [round(w, 2) for w in walls],
+                    "loop_late_ms_median": round(statistics.median(late), 2),
+                    "loop_late_ms_p90": round(late[int(len(late) * 0.9)], 2),
+                    "prepared_in": sorted(prepared_in),
+                }
+            )
+            logging.getLogger(__name__).info("%s", rows[-1])
+        engine._prep_pool.shutdown()
+    return {
+        "episodes": args.episodes,
+        "frames": args.frames,
+        "size": args.size,
+        "raw_pixels": args.raw_pixels,
+        "points": args.points,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", required=True)
@@ -141,6 +240,12 @@ def main() -> None:
     parser.add_argument("--raw-pixels", action="store_true")
     parser.add_argument("--points", type=int, default=0, help="a progress curve of K points per episode")
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument(
+        "--concurrent",
+        type=lambda text: [int(t) for t in text.split(",")],
+        help="the whole batch at once through an input pool of each of these thread counts (e.g. 2,4,8)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="--concurrent: batches per row")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     text = json.dumps(asyncio.run(run(args)), indent=1)

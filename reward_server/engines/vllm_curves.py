@@ -14,10 +14,9 @@ makes one clip cost once instead of once per point that shows it:
   processed after it (their clips are then cache hits) and handed over right behind it. vLLM
   commits a prompt's KV blocks to its prefix cache when it schedules them, so the shorter points,
   queued behind the longest, find the shared blocks in the same or the next scheduler step.
-  "Handed" means processed by the engine's own pool and about to be sent to AsyncLLM, with no
-  suspension in between (the front end's cache half must see the longest before the others, as
-  the engine core's half receives them). Where AsyncLLM processes the input itself (no pool),
-  the shorter points wait for the longest's first output instead.
+  "Handed" means processed (in the engine's input pool, or inline without one) and about to be
+  sent to AsyncLLM, with no suspension in between (the front end's cache half must see the
+  longest before the others, as the engine core's half receives them).
 
 Measured on one H100 at 7B shapes, 64 episodes (docs/performance.md): K = 8 costs 1.43x and
 K = 16 3.17x of K = 1, under their computed-token ratios (1.78x, 3.53x); before, 2.85x and 5.97x.

@@ -599,15 +599,8 @@ class VllmEngine(Engine):
         """vLLM's input processing for one request (its HF processor: the costly part), through its
         renderer; the engine input AsyncLLM.generate takes. A request that left max_tokens unset
         gets the context left after its prompt, at most `max_tokens_cap` (--max-tokens-limit)."""
-        renderer = self._llm.renderer
         try:
-            try:
-                (engine_input,) = renderer.render_cmpl([inputs])
-            except RuntimeError as exc:
-                if "borrow" not in str(exc):  # a fast tokenizer used by two threads at once: retry alone
-                    raise
-                with self._serial:
-                    (engine_input,) = renderer.render_cmpl([inputs])
+            (engine_input,) = self._alone_if_borrowed(self._llm.renderer.render_cmpl, [inputs])
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
         if self._pixel_dtype is not None:
@@ -623,37 +616,67 @@ class VllmEngine(Engine):
             params.max_tokens = min(left, cap or left)
         return engine_input
 
-    async def _submit(
-        self,
-        request_id: str,
-        inputs: dict,
-        params: Any,
-        marks: CurveMarks | None = None,
-        first_token: Callable[[], None] | None = None,
-        cap: int | None = None,
-    ) -> tuple[Any, float]:
-        """One submission to AsyncLLM: its last output, and the seconds its input processing took.
-        For a curve's longest point, `marks` says when its input is handed to AsyncLLM (processed:
-        the other points' clips are now processor-cache hits) and when its first output came (its
-        whole prompt computed)."""
-        prompt: Any = inputs
-        rendering = time.perf_counter()
+    def _alone_if_borrowed(self, call: Callable[..., Any], *args: Any) -> Any:
+        """call(*args), once more alone when a fast tokenizer was in use by another thread
+        ("Already borrowed": the input threads share the processor's tokenizer)."""
+        try:
+            return call(*args)
+        except RuntimeError as exc:
+            if "borrow" not in str(exc):
+                raise
+            with self._serial:
+                return call(*args)
+
+    def _prepare_and_render(self, request: EngineRequest, cap: int | None) -> tuple[dict, Any, Any]:
+        """A request's prompt dict, sampling params and engine input (prepare, then _render)."""
+        inputs, params = self._alone_if_borrowed(self.prepare, request)
+        return inputs, params, self._render(inputs, params, cap)
+
+    async def _input(self, request: EngineRequest, cap: int | None) -> tuple[dict, Any, Any, float]:
+        """prepare and _render in one job of the input pool (inline without one), and the seconds
+        they took. The chat template and the tokenizer run in the pool too: on the event loop they
+        gave up the interpreter lock inside the tokenizer and waited to get it back behind the
+        busy input threads, once per request (a 16-point curve batch is 1024 of them), while
+        the loop is what hands processed inputs to vLLM (scripts/bench_input_processing.py
+        --concurrent measures both)."""
+        start = time.perf_counter()
+        if self._prep_pool is not None:
+            loop = asyncio.get_running_loop()
+            done = await loop.run_in_executor(self._prep_pool, self._prepare_and_render, request, cap)
+        else:
+            done = self._prepare_and_render(request, cap)
+        return (*done, time.perf_counter() - start)
+
+    async def _rendered_again(self, inputs: dict, params: Any, cap: int | None) -> tuple[Any, float]:
+        """A retried request's engine input, processed again (and the seconds it took)."""
+        start = time.perf_counter()
         if self._prep_pool is not None:
             loop = asyncio.get_running_loop()
             prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
         else:
             prompt = self._render(inputs, params, cap)
-        input_s = time.perf_counter() - rendering
+        return prompt, time.perf_counter() - start
+
+    async def _submit(
+        self,
+        request_id: str,
+        prompt: Any,
+        params: Any,
+        marks: CurveMarks | None = None,
+        first_token: Callable[[], None] | None = None,
+    ) -> Any:
+        """One processed input through AsyncLLM: its last output. For a curve's longest point,
+        `marks` says when its input is handed to AsyncLLM (processed: the other points' clips are
+        now processor-cache hits) and when its first output came (its whole prompt computed)."""
         final = None
-        if marks is not None and prompt is not inputs:
-            # processed here: AsyncLLM sends it to the engine core before this task next suspends,
-            # so the points that wake on this reach both cache halves after it (vllm_curves)
+        if marks is not None:
+            # processed: AsyncLLM sends it to the engine core before this task next suspends, so
+            # the points that wake on this reach both cache halves after it (vllm_curves)
             marks.handed.set()
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id):
                 final = out
                 if marks is not None:
-                    marks.handed.set()
                     marks.prefilled.set()
                 if first_token is not None and out.outputs and out.outputs[0].token_ids:
                     first_token()
@@ -666,7 +689,7 @@ class VllmEngine(Engine):
             raise
         if final is None or not final.outputs:
             raise EngineDead("vLLM returned no output")
-        return final, input_s
+        return final
 
     async def generate_curve(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         """The points of a curve, each clip processed once, the longest first (vllm_curves)."""
@@ -686,14 +709,17 @@ class VllmEngine(Engine):
             await self._logprob_kinds.leave(kind)
 
     async def _run(self, request: EngineRequest) -> EngineOutput:
-        inputs, params = self.prepare(request)
         started = time.perf_counter()
         marks = self.curve_marks.get(request.request_id)
         cap = request.sampling.max_tokens_cap
+        inputs, params, prompt, input_s = await self._input(request, cap)
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
-            request_id = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
-            final, input_s = await self._submit(
-                request_id, inputs, params, marks, functools.partial(self.first_token, request.request_id), cap
+            request_id = request.request_id
+            if attempt:  # processed again: the first engine input went to AsyncLLM
+                request_id = f"{request.request_id}-retry{attempt}"
+                prompt, input_s = await self._rendered_again(inputs, params, cap)
+            final = await self._submit(
+                request_id, prompt, params, marks, functools.partial(self.first_token, request.request_id)
             )
             failure = request_failure(final)
             if failure is None:
