@@ -3,7 +3,7 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_spy|ab
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|ab
 #   (results under $RES, packed into $OUT)
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
@@ -21,7 +21,10 @@
 #            stacks per thread), to see what holds the interpreter.
 # curves:    progress curves K = 1, 8, 16 (reward_tools.bench_curves, CURVE_REPEATS, default 4),
 #            every repeat's phases (why repeats differ).
-# curves_spy: curves K = 1, 8 on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
+# curves_ab: the curves K = 1, 8, 16 (CURVE_REPEATS, default 3) on a server of each row of AB_ROWS
+#            (as ab: name=flags, "@DIR" and NAME=VALUE words too), the rows in turn, AB_ROUNDS
+#            times (default 1): two settings or two trees' curves side by side on one machine.
+# curves_spy: curves K = 1, 8 (SPY_POINTS) on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
 #            "NAME=VALUE ..." with that environment) on
@@ -128,7 +131,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
 
-case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_spy or ab}" in
+case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_ab, curves_spy or ab}" in
   primo)
     serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 ${PRIMO_FLAGS:-} --warmup-batch $N" --styles gen1 gen256 gen1024 \
       --repeats "${REPEATS:-3}"
@@ -176,13 +179,31 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     python3 -m reward_tools.steps_report "$RES/curves.json" "$steps" --out "$RES/curves_phases.json" \
       | tee "$RES/curves_phases.md"
     ;;
+  curves_ab)
+    IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
+    for round in $(seq "${AB_ROUNDS:-1}"); do
+      for row in "${rows[@]}"; do
+        name="cab_${row%%=*}_r$round"
+        server_up "$name" "${row#*=} --warmup-batch $N" || continue
+        python3 -m reward_tools.bench_curves --url $URL --n "$N" --points 1 8 16 --repeats "${CURVE_REPEATS:-3}" \
+          --no-plain --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+        server_down
+        [ -f "$RES/$name.json" ] || { tail -20 "$RES/$name.log"; continue; }
+        echo "## $name (${row#*=})"
+        python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"
+        python3 -m reward_tools.steps_report "$RES/$name.json" "$RES/${name}_steps.jsonl" \
+          --out "$RES/${name}_phases.json" >"$RES/${name}_phases.md"
+      done
+    done
+    ;;
   curves_spy)
     # curves K = 1 and 8 on a server of CURVE_FLAGS with py-spy on the server and its engine core
     # while the benchmark runs (why a setting changes curves: which thread got busier)
     name=${SPY_NAME:-curves_spy}
     server_up "$name" "${CURVE_FLAGS:-} --warmup-batch $N" || exit 1
     spy_up "$RES/$name.txt"
-    python3 -m reward_tools.bench_curves --url $URL --n "$N" --points 1 8 --repeats "${CURVE_REPEATS:-3}" --no-plain \
+    # shellcheck disable=SC2086  # a list of K
+    python3 -m reward_tools.bench_curves --url $URL --n "$N" --points ${SPY_POINTS:-1 8} --repeats "${CURVE_REPEATS:-3}" --no-plain \
       --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
     spy_down
     server_down
