@@ -1,7 +1,7 @@
 """Where a benchmark batch spent its time, from the engine's own step log.
 
     python -m reward_tools.steps_report BENCH.json STEPS.jsonl [--decode-tokens 256] [--out report.json]
-                                        [--timing TIMING.jsonl]
+                                        [--timing TIMING.jsonl] [--feed]
 
 BENCH.json is `reward_tools.bench`'s output (each row keeps its median batch's start and end,
 `window`, on time.monotonic()), or `reward_tools.bench_curves`' (every repeat's window: one row
@@ -28,6 +28,10 @@ after the batch's start, its wall and CPU time, the vision encoder's share, the 
 pauses and what it scheduled, then a line that sums the batch (steps with work and empty ones,
 what a working step held, the encoder's and the collector's totals) and the full collections in
 the worker's process during it; for a curves file, every repeat's batch.
+
+`--feed` adds, per batch, how many prompts the engine took in each second of it (their first
+step, from the step log). While the engine's steps are short against a second, that is the rate
+the server fed it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -87,6 +92,16 @@ def curve_rows(curves: dict, steps: list[dict]) -> list[dict]:
             row["engine_mean_ms"] = row["engine_max_ms"] = {}
             rows.append(row)
     return rows
+
+
+def feed(window: tuple[float, float], steps: list[dict]) -> list[int]:
+    """Prompts the engine took (their first step) in each second of a batch, the last second partial."""
+    start, end = window
+    counts = [0] * max(1, math.ceil(end - start))
+    for s in steps:
+        if start <= s["t"] <= end:
+            counts[min(int(s["t"] - start), len(counts) - 1)] += s.get("prefilled", 0)
+    return counts
 
 
 def _curves(bench: dict) -> bool:
@@ -218,18 +233,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-tokens", type=int, default=256, help="K of the goal (gen1 + K decode steps)")
     parser.add_argument("--out", help="also write the rows as JSON here")
     parser.add_argument("--timing", help="the worker's step timing (--engine-option step_timing=PATH)")
+    parser.add_argument("--feed", action="store_true", help="the prompts the engine took in each second of each batch")
     args = parser.parse_args(argv)
     bench = json.loads(Path(args.bench).read_text())
-    rows = report(bench, load_steps(args.steps), args.decode_tokens)
+    steps = load_steps(args.steps)
+    rows = report(bench, steps, args.decode_tokens)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2))
     print(table(rows))
+    if args.feed:
+        print("\nprompts the engine took in each second of the batch:")
+        for name, window in batches(bench):
+            print(f"- {name}: {' '.join(str(n) for n in feed(window, steps))}")
     if args.timing:
         timing = _jsonl(args.timing)
         for name, window in batches(bench):
-            steps = timed_steps(window, timing)
-            print("\n" + timing_table(name, steps))
-            print("\n" + timing_summary(steps))
+            worked = timed_steps(window, timing)
+            print("\n" + timing_table(name, worked))
+            print("\n" + timing_summary(worked))
             print(collections_line(timed_steps(window, timing, "gc")))
     return 0
 

@@ -145,3 +145,24 @@ def test_a_curves_files_repeats_each_get_their_steps_and_a_summary(tmp_path, cap
     first, second = out.split("curve K=8 #2")
     assert "steps with work: 2, empty: 2; per working step (median) 12 requests, 2000 tokens; encoder 0.07 s" in first
     assert "steps with work: 1, empty: 0; per working step (median) 32 requests, 4000 tokens; encoder 0.05 s" in second
+
+
+def test_feed_counts_the_prompts_the_engine_took_in_each_second_of_each_batch(tmp_path, capsys):
+    """--feed: the prompts whose first step fell in each second of a batch (the last second partial),
+    for every repeat of a curves file; steps outside a batch's window are not counted."""
+    curves = {"rows": [{"way": "curve", "k": 16, "n": 64, "windows": [[10.0, 12.5], [20.0, 20.4]]}]}
+    steps = [
+        {"t": 9.9, "prefilled": 50},  # before the first batch
+        {"t": 10.3, "prefilled": 1},
+        {"t": 10.9, "prefilled": 10},
+        {"t": 11.2, "prefilled": 20},
+        {"t": 11.4, "new_tokens": 3},  # a step that took no prompt
+        {"t": 12.2, "prefilled": 33},
+        {"t": 20.1, "prefilled": 64},
+    ]
+    (tmp_path / "curves.json").write_text(json.dumps(curves))
+    (tmp_path / "steps.jsonl").write_text("\n".join(json.dumps(s) for s in steps))
+    assert main([str(tmp_path / "curves.json"), str(tmp_path / "steps.jsonl"), "--feed"]) == 0
+    out = capsys.readouterr().out
+    assert "- curve K=16 #1 N=64 (2.50 s): 11 20 33\n" in out
+    assert "- curve K=16 #2 N=64 (0.40 s): 64\n" in out
