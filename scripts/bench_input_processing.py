@@ -16,8 +16,9 @@ adds cProfile's N costliest functions (own time) over all of them. Prints JSON (
 (or curves) at once through the engine's input pool of T threads (`preprocess_threads`), each
 request prepared and processed in one pool job as the engine does (`VllmEngine._input`), side by
 side with the former split that prepared each request on the event loop (`loop`), repeated
-(`--repeats`, new episodes each time). It prints each row's wall time per episode and how late the event
-loop ran a 1 ms timer meanwhile: the loop is what hands processed inputs to vLLM.
+(`--repeats`, new episodes each time). It prints each row's wall time per episode, the CPU time
+the process spent per episode (all its threads), and how late the event loop ran a 1 ms timer
+meanwhile: the loop is what hands processed inputs to vLLM.
 
 `--points K` measures a progress curve's K points per episode instead (Profile.build_curve, the
 clips' ids as vllm_curves gives them, the longest point first, then the others, whose clips hit
@@ -174,7 +175,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
         await one(first)
         await asyncio.gather(*(one(r) for r in others))
 
-    async def timed(one, episodes: list[list]) -> tuple[float, list[float]]:
+    async def timed(one, episodes: list[list]) -> tuple[float, float, list[float]]:
         lateness: list[float] = []
         done = asyncio.Event()
 
@@ -185,12 +186,12 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
                 lateness.append((time.perf_counter() - start - 0.001) * 1000)
 
         tick = asyncio.ensure_future(ticker())
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(episode(one, requests) for requests in episodes))
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         done.set()
         await tick
-        return wall, lateness
+        return wall, cpu, lateness
 
     rows = []
     seed = 0
@@ -199,12 +200,13 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
         await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
         seed += 2
         for name, one in (("loop", on_loop), ("pool", in_pool)):
-            walls, late = [], []
+            walls, cpus, late = [], [], []
             prepared_in.clear()
             for _ in range(args.repeats):  # new episodes every time: nothing is a cache hit across repeats
-                wall, lateness = await timed(one, build(range(seed, seed + args.episodes)))
+                wall, cpu, lateness = await timed(one, build(range(seed, seed + args.episodes)))
                 seed += args.episodes
                 walls.append(wall * 1000 / args.episodes)
+                cpus.append(cpu * 1000 / args.episodes)
                 late.extend(lateness)
             late.sort()
             rows.append(
@@ -213,6 +215,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
                     "prepared_on": name,
                     "ms_per_episode_median": round(statistics.median(walls), 2),
                     "ms_per_episode": [round(w, 2) for w in walls],
+                    "cpu_ms_per_episode_median": round(statistics.median(cpus), 2),
                     "loop_late_ms_median": round(statistics.median(late), 2),
                     "loop_late_ms_p90": round(late[int(len(late) * 0.9)], 2),
                     "prepared_in": sorted(prepared_in),
