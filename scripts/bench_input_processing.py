@@ -151,8 +151,8 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dict:
-    """The batch at once through the engine's input pool: each row's wall time per episode and the
-    event loop's lateness (see the module's notes)."""
+    """The batch at once through the engine's input pool: each row's wall and CPU time per episode
+    and the event loop's lateness (see the module's notes)."""
     loop = asyncio.get_running_loop()
     prepared_in: set[str] = set()  # the threads that ran VllmEngine.prepare in the row being measured
     prepare = engine.prepare
@@ -196,6 +196,8 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
     rows = []
     seed = 0
     for threads in args.concurrent:
+        if engine._prep_pool is not None:  # the engine's own pool, then each row's
+            engine._prep_pool.shutdown()
         engine._prep_pool = ThreadPoolExecutor(threads, thread_name_prefix="vllm-inputs")
         await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
         seed += 2
@@ -222,7 +224,6 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
                 }
             )
             logging.getLogger(__name__).info("%s", rows[-1])
-        engine._prep_pool.shutdown()
     return {
         "episodes": args.episodes,
         "frames": args.frames,
