@@ -173,7 +173,8 @@ def test_a_server_that_keeps_answering_wrongly_is_unavailable_at_the_deadline():
         with pytest.raises(RewardUnavailable, match="protocol error: the answer's indices are"):
             client.score_batch(json_requests())
         assert time.monotonic() - started < 1.5
-        assert client.protocol_errors == client.attempts >= 3
+        # every answer was wrong; only the last attempt may have been cut by the deadline instead
+        assert client.protocol_errors >= 3 and client.attempts - client.protocol_errors in (0, 1)
 
 
 @pytest.mark.parametrize("fault", ["neither", "score_-3.0"])
