@@ -16,7 +16,8 @@ adds cProfile's N costliest functions (own time) over all of them. Prints JSON (
 (or curves) at once through the engine's input pool of T threads (`preprocess_threads`), each
 request prepared and processed in one pool job as the engine does (`VllmEngine._input`), side by
 side with the former split that prepared each request on the event loop (`loop`), repeated
-(`--repeats`, new episodes each time). It prints each row's wall time per episode, the CPU time
+(`--repeats`, new episodes each time, the two placements in alternating order). It prints each
+row's wall time per episode, the CPU time
 the process spent per episode (all its threads), and how late the event loop ran a 1 ms timer
 meanwhile: the loop is what hands processed inputs to vLLM.
 
@@ -201,26 +202,32 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
         engine._prep_pool = ThreadPoolExecutor(threads, thread_name_prefix="vllm-inputs")
         await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
         seed += 2
-        for name, one in (("loop", on_loop), ("pool", in_pool)):
-            walls, cpus, late = [], [], []
-            prepared_in.clear()
-            for _ in range(args.repeats):  # new episodes every time: nothing is a cache hit across repeats
-                wall, cpu, lateness = await timed(one, build(range(seed, seed + args.episodes)))
+        placements = {"loop": on_loop, "pool": in_pool}
+        walls: dict[str, list[float]] = {name: [] for name in placements}
+        cpus: dict[str, list[float]] = {name: [] for name in placements}
+        late: dict[str, list[float]] = {name: [] for name in placements}
+        threads_of: dict[str, set[str]] = {}
+        for repeat in range(args.repeats):  # new episodes every time; the two placements in alternating order
+            for name in sorted(placements, reverse=bool(repeat % 2)):
+                prepared_in.clear()
+                wall, cpu, lateness = await timed(placements[name], build(range(seed, seed + args.episodes)))
                 seed += args.episodes
-                walls.append(wall * 1000 / args.episodes)
-                cpus.append(cpu * 1000 / args.episodes)
-                late.extend(lateness)
-            late.sort()
+                walls[name].append(wall * 1000 / args.episodes)
+                cpus[name].append(cpu * 1000 / args.episodes)
+                late[name].extend(lateness)
+                threads_of.setdefault(name, set()).update(prepared_in)
+        for name in placements:
+            late[name].sort()
             rows.append(
                 {
                     "threads": threads,
                     "prepared_on": name,
-                    "ms_per_episode_median": round(statistics.median(walls), 2),
-                    "ms_per_episode": [round(w, 2) for w in walls],
-                    "cpu_ms_per_episode_median": round(statistics.median(cpus), 2),
-                    "loop_late_ms_median": round(statistics.median(late), 2),
-                    "loop_late_ms_p90": round(late[int(len(late) * 0.9)], 2),
-                    "prepared_in": sorted(prepared_in),
+                    "ms_per_episode_median": round(statistics.median(walls[name]), 2),
+                    "ms_per_episode": [round(w, 2) for w in walls[name]],
+                    "cpu_ms_per_episode_median": round(statistics.median(cpus[name]), 2),
+                    "loop_late_ms_median": round(statistics.median(late[name]), 2),
+                    "loop_late_ms_p90": round(late[name][int(len(late[name]) * 0.9)], 2),
+                    "prepared_in": sorted(threads_of[name]),
                 }
             )
             logging.getLogger(__name__).info("%s", rows[-1])
