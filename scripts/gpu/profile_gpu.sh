@@ -3,7 +3,7 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|ab
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|curve_feed|ab
 #   (results under $RES, packed into $OUT)
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
@@ -25,6 +25,10 @@
 #            (as ab: name=flags, "@DIR" and NAME=VALUE words too), the rows in turn, AB_ROUNDS
 #            times (default 1): two settings or two trees' curves side by side on one machine.
 # curves_spy: curves K = 1, 8 (SPY_POINTS) on a server of CURVE_FLAGS, sampled by py-spy (SPY_NAME names the result).
+# curve_feed: each row of FEED_ROWS (name=flags;...; default one row, --compile-mm-encoder) on one
+#            engine without the HTTP layer: the curves K = 1 and 16 (FEED_POINTS) through the server's
+#            path against every input processed first and all handed to vLLM at once
+#            (scripts/bench_curve_feed.py, FEED_REPEATS, default 3): is the batch held back by its feed.
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
 #            "NAME=VALUE ..." with that environment) on
@@ -209,6 +213,16 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     server_down
     python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"
     python3 -m reward_tools.spy_report "$RES/$name.txt" --top 4 | tee "$RES/${name}_report.md"
+    ;;
+  curve_feed)
+    IFS=';' read -r -a rows <<<"${FEED_ROWS:-feed=--compile-mm-encoder}"
+    for row in "${rows[@]}"; do
+      name="feed_${row%%=*}"
+      # shellcheck disable=SC2086  # flag lists
+      python3 scripts/bench_curve_feed.py --points "${FEED_POINTS:-1,16}" --episodes "$N" --repeats "${FEED_REPEATS:-3}" \
+        --out "$RES/$name.json" -- $COMMON ${row#*=} >/dev/null 2>"$RES/$name.log" || { echo "$name: failed"; tail -20 "$RES/$name.log"; }
+      [ -f "$RES/$name.json" ] && python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results'], indent=1))" "$RES/$name.json"
+    done
     ;;
   ab)
     IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
