@@ -226,7 +226,7 @@ class ServerSettings(BaseModel):
         """`--engine-option KEY=VALUE`s, with what the vLLM tuning flags stand for merged in."""
         from reward_server.engines.vllm_options import flag_options
         from reward_server.engines.vllm_profiler import profiler_config
-        from reward_server.engines.vllm_threads import wanted_threads
+        from reward_server.engines.vllm_threads import input_threads, wanted_threads
 
         options = {}
         for item in self.engine_option:
@@ -235,6 +235,7 @@ class ServerSettings(BaseModel):
                 raise ValueError(f"--engine-option {item!r} must be KEY=VALUE")
             options[key.strip()] = value.strip()
         wanted_threads(options, on_gpu=False)  # a bad torch_threads is refused with the other flags
+        input_threads(options)  # and a bad preprocess_threads
         profiler_config(options)  # so is a profiler configured twice
         return flag_options(
             self.quantization, self.kv_cache_dtype, self.compile_mm_encoder, self.cudagraph_mm_encoder, options

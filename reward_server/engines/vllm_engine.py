@@ -10,7 +10,8 @@ of threads here rather than inside `AsyncLLM.generate`, which runs it on the eve
 episode after another: 64 episodes ending together would otherwise wait ~1 s for a single
 thread while the body of the batch also waits to be read. It goes through vLLM's supported
 API (vLLM 0.24 to 0.32 at least): `renderer.render_cmpl` in a thread, its output handed to
-`AsyncLLM.generate`.
+`AsyncLLM.generate`. Two threads by default (vllm_threads.input_threads: more only wait for the
+interpreter lock).
 
 Log-probabilities are vLLM's default, raw ones (the model's, before temperature and the
 sampling restrictions), as `vllm serve` returns them. The logprob score mode asks for the two
@@ -69,8 +70,9 @@ from reward_server.engines.vllm_profiler import configured as profiler_configure
 from reward_server.engines.vllm_profiler import profiler_config
 from reward_server.engines.vllm_step_timing import METHOD as TIMING_METHOD
 from reward_server.engines.vllm_step_timing import OPTION as TIMING
+from reward_server.engines.vllm_threads import INPUT_OPTION as INPUT_THREADS
 from reward_server.engines.vllm_threads import OPTION as THREADS
-from reward_server.engines.vllm_threads import use_threads, wanted_threads
+from reward_server.engines.vllm_threads import input_threads, use_threads, wanted_threads
 from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
 from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
 from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
@@ -278,13 +280,6 @@ def option_value(value: Any) -> Any:
         return value
 
 
-def preprocess_threads(config: EngineConfig) -> int:
-    value = config.options.get("preprocess_threads")
-    if value is not None:
-        return max(0, int(value))
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
-
-
 def _input_errors() -> tuple[type[Exception], ...]:
     """What vLLM raises for a request whose input it will not take (a ValueError in older releases,
     VLLMClientError in newer ones)."""
@@ -319,7 +314,7 @@ class VllmEngine(Engine):
         self._llm: Any = None
         self._processor: Any = None
         self._token_ids: dict[str, list[int]] = {}
-        self._threads = preprocess_threads(config)
+        self._threads = input_threads(config.options)
         self._prep_pool: ThreadPoolExecutor | None = None
         self._serial = threading.Lock()
         self._curves = curve_settings(config.options)
@@ -372,7 +367,7 @@ class VllmEngine(Engine):
             if value:
                 kwargs[key] = value
         ours = {
-            "preprocess_threads",
+            INPUT_THREADS,
             THREADS,
             SWITCH_MS,
             OPTION,

@@ -1,5 +1,6 @@
 """How many threads torch's CPU operations use beside a vLLM engine on a GPU: one per process by
-default, `--engine-option torch_threads=N` to choose.
+default, `--engine-option torch_threads=N` to choose. And how many threads process the engine's
+inputs in the server (`input_threads`, `--engine-option preprocess_threads=N`): two by default.
 
 Torch sizes its CPU thread pool to the machine's cores in every process. Beside a GPU engine two
 processes use it: the server's, whose input threads run the HF processor (parallel already: one
@@ -31,6 +32,14 @@ logger = logging.getLogger(__name__)
 OPTION = "torch_threads"
 ENV = "OMP_NUM_THREADS"
 GPU_DEFAULT = 1
+INPUT_OPTION = "preprocess_threads"
+# The input pool's threads (VllmEngine._input) hold the interpreter lock for most of their work
+# (the HF processor, vLLM's field layout), so more of them mostly wait for it, and the same inputs
+# cost more CPU: on an H200 host of 16 cores, the 1024 prompts of 64 16-point curves took 3.7-3.8 s
+# to process with one or two threads, 4.4 s with four and 4.9-5.4 s with eight
+# (scripts/bench_curve_feed.py, issue 40's tenth round). Two keep one slow request from holding up
+# the others.
+INPUT_DEFAULT = 2
 
 
 def wanted_threads(options: dict[str, str], on_gpu: bool, environ: dict[str, str] | None = None) -> int | None:
@@ -59,3 +68,23 @@ def use_threads(count: int) -> None:
     os.environ[ENV] = str(count)
     torch.set_num_threads(count)
     logger.info("torch threads %d -> %d here and in the engine core (--engine-option %s)", previous, count, OPTION)
+
+
+def input_threads(options: dict[str, str], cores: int | None = None) -> int:
+    """The engine's input threads: `preprocess_threads` if given (0: processed inline, on the event
+    loop), else INPUT_DEFAULT, or one on a machine of fewer than four cores. ValueError for a count
+    that is not a whole number of at least 0."""
+    value = options.get(INPUT_OPTION)
+    if value is not None:
+        try:
+            count = int(str(value))
+        except ValueError:
+            count = -1
+        if count < 0:
+            raise ValueError(
+                f"--engine-option {INPUT_OPTION}={value}: a whole number of threads >= 0 is allowed "
+                "(0: inputs processed on the event loop)"
+            )
+        return count
+    cores = cores if cores is not None else (os.cpu_count() or 2)
+    return max(1, min(INPUT_DEFAULT, cores // 2))

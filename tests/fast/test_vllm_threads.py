@@ -1,5 +1,6 @@
 """Torch's CPU threads beside a vLLM engine (engines/vllm_threads.py): one per process on GPUs
-unless the user says otherwise, and the engine core, started after, gets the same count."""
+unless the user says otherwise, and the engine core, started after, gets the same count. The
+engine's input threads: two unless the user says otherwise."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reward_server.engines.vllm_threads import ENV, wanted_threads
+from reward_server import cli
+from reward_server.engines.vllm_threads import ENV, input_threads, wanted_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +30,22 @@ def test_one_thread_on_gpus_unless_the_user_chose():
 def test_a_bad_count_is_refused_with_what_is_allowed(value):
     with pytest.raises(ValueError, match=rf"torch_threads={value}: a whole number of threads >= 1"):
         wanted_threads({"torch_threads": value}, on_gpu=True, environ={})
+
+
+def test_two_input_threads_unless_the_user_chose():
+    assert input_threads({}, cores=16) == 2  # was half the cores, at most 8: they waited for the GIL
+    assert input_threads({}, cores=128) == 2
+    assert input_threads({}, cores=2) == 1
+    assert input_threads({"preprocess_threads": "8"}, cores=2) == 8
+    assert input_threads({"preprocess_threads": "0"}, cores=16) == 0  # inline, on the event loop
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", ""])
+def test_a_bad_input_thread_count_is_refused_at_the_command_line(value, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.parse_settings(["--engine", "vllm", "--model-path", "m", "--engine-option", f"preprocess_threads={value}"])
+    assert info.value.code == 2
+    assert f"preprocess_threads={value}: a whole number of threads >= 0 is allowed" in capsys.readouterr().err
 
 
 def test_the_process_started_after_uses_the_same_count(tmp_path):

