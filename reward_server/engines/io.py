@@ -119,6 +119,9 @@ class EngineRequest:
     # Engine-side ids of the video items (one per video, in order; vLLM's multi_modal_uuids): the
     # points of a curve give a shared clip one id, so it is processed and sent once per curve.
     clip_ids: list[str] = field(default_factory=list)
+    # The same for the image items: a curve's points give the image they share (PRIMO-R1's first
+    # frame, in front of the shared clips) one id, or no point's prompt shares a prefix past it.
+    image_ids: list[str] = field(default_factory=list)
 
     def videos(self) -> list[np.ndarray]:
         """Every video item in prompt order (one per VideoPart)."""

@@ -4,10 +4,12 @@ started as soon as the longest is in the engine.
 A curve's K points are K requests whose prompts share their clips (Profile.build_curve). What
 makes one clip cost once instead of once per point that shows it:
 
-- Stable per-clip ids (vLLM's `multi_modal_uuids`): the clips the points share get one id per
-  curve, so vLLM neither hashes their pixels again nor, with its processor cache on, runs the HF
-  processor on them again or sends their tensors to the engine core again (the front end sends
-  the id, the engine core takes the tensor from its own cache). Ids are unique to one curve
+- Stable per-item ids (vLLM's `multi_modal_uuids`): the clips the points share, and the image a
+  profile shows before them (PRIMO-R1's first frame), get one id per curve, so vLLM neither
+  hashes their pixels again nor, with its processor cache on, runs the HF processor on them
+  again or sends their tensors to the engine core again (the front end sends the id, the engine
+  core takes the tensor from its own cache). vLLM's prefix cache keys a prompt's blocks by these
+  ids as well, so a shared prefix goes as far as its items share ids. Ids are unique to one curve
   attempt (a fresh uuid4 each time), so nothing outside the curve ever hits them: a client that
   resends an aborted episode gets new ids, and the cache's two halves cannot disagree about it.
 - Order: the longest point's inputs are processed and handed to vLLM first; the others are
@@ -34,6 +36,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import numpy as np
 
 from reward_server.engines.base import gather_all
 from reward_server.engines.io import EngineOutput, EngineRequest
@@ -68,21 +72,33 @@ def curve_settings(options: dict[str, Any]) -> CurveSettings:
 
 
 def assign_clip_ids(requests: list[EngineRequest], curve_id: str) -> None:
-    """Give every video item of the curve's requests an id: the same array (a clip that several
-    points share: build_curve passes the very same object) the same id, each tail its own."""
-    ids: dict[int, str] = {}
+    """Give every video and image item of the curve's requests an id: the same pixels in memory
+    the same id, each tail its own. build_curve passes a clip that several points share as the
+    very same array, and PRIMO-R1's first frame is a view of the first clip in every point, so
+    an item is known by where its pixels are (pixels_at). vLLM keys its prefix cache by these
+    ids too: an image with an id of its own in every point (as before) ended every point's shared
+    prefix at that image, and a PRIMO-R1 curve shared no tokens at all."""
+    ids: dict[tuple, str] = {}
+
+    def item_id(array: np.ndarray, kind: str) -> str:
+        key = (kind, *pixels_at(array))  # the arrays outlive this call: no address is reused meanwhile
+        if key not in ids:
+            ids[key] = f"{curve_id}-{kind}{len(ids)}"
+        return ids[key]
+
     for request in requests:
-        row = []
-        for video in request.videos():
-            key = id(video)  # the arrays outlive this call: ids cannot be reused meanwhile
-            if key not in ids:
-                ids[key] = f"{curve_id}-c{len(ids)}"
-            row.append(ids[key])
-        request.clip_ids = row
+        request.clip_ids = [item_id(video, "c") for video in request.videos()]
+        request.image_ids = [item_id(image, "i") for image in request.images]
+
+
+def pixels_at(array: np.ndarray) -> tuple:
+    """Where an array's pixels are: two arrays (or views) that start at the same address with the
+    same shape, strides and type show the same pixels."""
+    return (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
 
 
 def item_ids(request: EngineRequest) -> dict[str, list[str]]:
-    """vLLM's `multi_modal_uuids` for a request: a curve's clip ids (assign_clip_ids), else ids
+    """vLLM's `multi_modal_uuids` for a request: a curve's item ids (assign_clip_ids), else ids
     unique to this request. No item can then hit the processor cache on an entry another (maybe
     aborted) request left in the front end's half, which is how the halves used to drift apart
     when a client resent an aborted episode; identical images in two requests are computed twice."""
@@ -92,7 +108,7 @@ def item_ids(request: EngineRequest) -> dict[str, list[str]]:
     if videos:
         ids["video"] = list(request.clip_ids) or [f"{salt}-v{i}" for i in range(len(videos))]
     if request.images:
-        ids["image"] = [f"{salt}-i{i}" for i in range(len(request.images))]
+        ids["image"] = list(request.image_ids) or [f"{salt}-i{i}" for i in range(len(request.images))]
     return ids
 
 

