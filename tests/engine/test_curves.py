@@ -164,4 +164,3 @@ def test_a_primo_curve_shares_its_prefix_from_the_first_frame(vllm_primo_server)
     # the clips as for Qwen; of the images, the first frame is processed once (all 8 points start
     # with the same clip: ends 2, 4, ..., 16) and every last frame once
     assert (queries, hits) == (shown + images, shown - distinct + points - 1), (queries, hits)
-
