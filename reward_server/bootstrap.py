@@ -53,6 +53,7 @@ def build_profile(settings: ServerSettings) -> Profile:
         ),
         default_score_mode=settings.score_mode,
         max_tokens_limit=settings.max_tokens_limit,
+        partial_groups=settings.progress_partial_groups,
     )
 
 

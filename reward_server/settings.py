@@ -161,6 +161,12 @@ class ServerSettings(BaseModel):
         le=256,
         description="the most points a progress curve may ask for (vllm: videos per prompt; 422 above)",
     )
+    progress_partial_groups: Literal["tail", "shifted"] = Field(
+        "tail",
+        description="a progress point that ends inside the model's frame group (an odd frame count on "
+        "Qwen2.5-VL): tail (its last frame repeated, in a clip of its own) or shifted (its frames grouped "
+        "from its end, the first frame repeated; such points share their clips)",
+    )
     api_key: str | None = Field(None, description="require 'Authorization: Bearer KEY' on every route but /health")
     shutdown_timeout_s: float = Field(60.0, ge=0, description="on SIGTERM: how long in-flight work may finish")
     warmup: bool | None = Field(

@@ -3,7 +3,8 @@ template and tokenizer; VllmEngine._render: the HF processor, vLLM's prompt upda
 after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
-        [--raw-pixels] [--points K] [--top 15] [--concurrent 2,4,8 [--repeats 3]] [--out FILE]
+        [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15]
+        [--concurrent 2,4,8 [--repeats 3]] [--out FILE]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
@@ -22,11 +23,12 @@ the process spent per episode (all its threads), and how late the event loop ran
 meanwhile: the loop is what hands processed inputs to vLLM.
 
 `--points K` measures a progress curve's K points per episode instead (Profile.build_curve, the
-clips' ids as vllm_curves gives them, the longest point first, then the others, whose clips hit
-vLLM's processor cache), as the server's input threads do for one curve: the times are per curve,
-and `render_ms_by_point_kind` splits the render time into the longest point, the points that end
-inside a temporal group (each brings a tail clip of its own) and the points whose clips are all
-shared.
+clips' ids as vllm_curves gives them, the longest point of each chain of clips first, then the
+others, whose clips hit vLLM's processor cache), as the server's input threads do for one curve:
+the times are per curve, and `render_ms_by_point_kind` splits the render time into the longest
+points, the points that end inside a temporal group with a tail clip of their own and the points
+whose clips are all shared. `--partial-groups shifted` builds the curves as
+`--progress-partial-groups shifted` does (no tails: a second chain).
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
-from reward_server.engines.vllm_curves import assign_clip_ids
+from reward_server.engines.vllm_curves import assign_clip_ids, chain_leaders
 from reward_server.engines.vllm_engine import VllmEngine
 from reward_server.media.decoding import prepare_raw
 
 
 async def run(args: argparse.Namespace) -> dict:
-    settings = cli.parse_settings(["--engine", "vllm", "--model-path", args.model_path, "--no-warmup"])
+    flags = ["--engine", "vllm", "--model-path", args.model_path, "--no-warmup"]
+    settings = cli.parse_settings([*flags, "--progress-partial-groups", args.partial_groups])
     profile = build_profile(settings)
     engine = VllmEngine(engine_config(settings))
     await engine.start()
@@ -71,7 +74,8 @@ async def run(args: argparse.Namespace) -> dict:
                 if args.points:
                     requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
                     assign_clip_ids(requests, f"curve{seed}")
-                    episodes.append([requests[-1], *requests[:-1]])
+                    leaders = chain_leaders(requests)  # as run_curve: each chain's longest point first
+                    episodes.append([*leaders, *(r for r in requests if all(r is not x for x in leaders))])
                 else:
                     episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
             return episodes
@@ -81,13 +85,14 @@ async def run(args: argparse.Namespace) -> dict:
         episodes = build(range(args.episodes + 1))
 
         def kind(request: object, requests: list) -> str:
-            """A curve's point: the longest (processed first), one whose last clip is its own (a
-            tail: it ends inside a temporal group), or one whose clips the longest already brought."""
-            if request is requests[0]:
+            """A curve's point: the longest of a chain of clips that other points share (processed
+            first), one whose last clip is its own (a tail: it ends inside a temporal group), or
+            one whose clips a longest point already brought."""
+            chain = [r for r in requests if r.clip_ids[0] == request.clip_ids[0]]
+            if len(chain) > 1 and request is max(chain, key=lambda r: len(r.clip_ids)):
                 return "longest"
-            last = request.clip_ids[-1] if request.clip_ids else None
-            shown = sum(last in other.clip_ids for other in requests)
-            return "tail" if shown == 1 else "shared"
+            last = request.clip_ids[-1]
+            return "tail" if sum(last in other.clip_ids for other in requests) == 1 else "shared"
 
         def process(requests: list) -> tuple[float, float, dict, dict[str, float]]:
             """One episode's requests prepared and rendered: (prepare ms, render ms, last prompt,
@@ -250,6 +255,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--raw-pixels", action="store_true")
     parser.add_argument("--points", type=int, default=0, help="a progress curve of K points per episode")
+    parser.add_argument(
+        "--partial-groups",
+        choices=["tail", "shifted"],
+        default="tail",
+        help="--points: how a point that ends inside a frame group shows it (--progress-partial-groups)",
+    )
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument(
         "--concurrent",

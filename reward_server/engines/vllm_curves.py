@@ -12,8 +12,9 @@ makes one clip cost once instead of once per point that shows it:
   ids as well, so a shared prefix goes as far as its items share ids. Ids are unique to one curve
   attempt (a fresh uuid4 each time), so nothing outside the curve ever hits them: a client that
   resends an aborted episode gets new ids, and the cache's two halves cannot disagree about it.
-- Order: the longest point's inputs are processed and handed to vLLM first; the others are
-  processed after it (their clips are then cache hits) and handed over right behind it. vLLM
+- Order: the longest point's inputs are processed and handed to vLLM first (the longest of each
+  chain of clips, when the profile cuts two: `--progress-partial-groups shifted`); the others
+  are processed after it (their clips are then cache hits) and handed over right behind it. vLLM
   commits a prompt's KV blocks to its prefix cache when it schedules them, so the shorter points,
   queued behind the longest, find the shared blocks in the same or the next scheduler step.
   "Handed" means processed (in the engine's input pool, or inline without one) and about to be
@@ -114,33 +115,53 @@ def item_ids(request: EngineRequest) -> dict[str, list[str]]:
 
 @dataclass
 class CurveMarks:
-    """Events of one curve's longest point: handed to vLLM, and its prompt computed."""
+    """Events of a chain's longest point: handed to vLLM, and its prompt computed."""
 
     handed: asyncio.Event
     prefilled: asyncio.Event
 
 
+def chain_leaders(requests: list[EngineRequest]) -> list[EngineRequest]:
+    """The longest point of each chain of clips (Profile.build_curve): the points grouped by their
+    first clip (the same pixels), the last of each group, as the points come in the order of
+    their ends. One chain unless a profile cuts a second one (`--progress-partial-groups
+    shifted`); a point whose only clip is its own tail is a chain of its own."""
+    last: dict[tuple, EngineRequest] = {}
+    for request in requests:
+        videos = request.videos()
+        last[pixels_at(videos[0]) if videos else ("alone", request.request_id)] = request
+    return list(last.values())
+
+
 async def run_curve(engine: Any, requests: list[EngineRequest], settings: CurveSettings) -> list[EngineOutput]:
-    """The points of one curve on a VllmEngine, longest first (see the module's notes)."""
-    *shorter, longest = requests
+    """The points of one curve on a VllmEngine, each chain's longest point first (see the module's
+    notes): the others go in once every such point is handed over (or prefilled)."""
+    leaders = chain_leaders(requests)
     if settings.clip_ids:
         assign_clip_ids(requests, uuid.uuid4().hex)
-    marks = CurveMarks(asyncio.Event(), asyncio.Event())
-    engine.curve_marks[longest.request_id] = marks
-    gate = marks.prefilled if settings.start == "prefilled" else marks.handed
-    last = asyncio.ensure_future(engine.generate(longest))
-    waiter = asyncio.ensure_future(gate.wait())
+    marks = {r.request_id: CurveMarks(asyncio.Event(), asyncio.Event()) for r in leaders}
+    engine.curve_marks.update(marks)
+    gates = [m.prefilled if settings.start == "prefilled" else m.handed for m in marks.values()]
+    first = {r.request_id: asyncio.ensure_future(engine.generate(r)) for r in leaders}
+    waiter = asyncio.ensure_future(asyncio.gather(*(gate.wait() for gate in gates)))
     try:
-        await asyncio.wait([last, waiter], return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future] = {waiter, *first.values()}
+        while waiter in pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not waiter and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
     except BaseException:
-        last.cancel()
+        for task in first.values():
+            task.cancel()
         raise
     finally:
         waiter.cancel()
-        engine.curve_marks.pop(longest.request_id, None)
-    if last.done() and last.exception() is not None:
-        raise last.exception()  # type: ignore[misc]
-    return await gather_all([*(engine.generate(r) for r in shorter), _await(last)])
+        for request_id in marks:
+            engine.curve_marks.pop(request_id, None)
+    return await gather_all(
+        [_await(first[r.request_id]) if r.request_id in first else engine.generate(r) for r in requests]
+    )
 
 
 async def _await(task: asyncio.Future) -> Any:

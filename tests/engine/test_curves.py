@@ -72,6 +72,18 @@ def vllm_primo_server(tiny_checkpoint, video_dir, tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def vllm_shifted_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(
+        ["--engine", "vllm", "--progress-partial-groups", "shifted", *LONG_FLAGS],
+        tiny_checkpoint,
+        video_dir,
+        tmp_path_factory.mktemp("logs"),
+    )
+    yield server
+    server.stop()
+
+
 def clip_layout(frames: int, points: int) -> tuple[int, int]:
     """Video items a curve's points show in all, and distinct ones (Profile.build_curve: shared
     clips end at each point's last whole frame pair; a point ending inside a pair adds a tail)."""
@@ -164,3 +176,24 @@ def test_a_primo_curve_shares_its_prefix_from_the_first_frame(vllm_primo_server)
     # the clips as for Qwen; of the images, the first frame is processed once (all 8 points start
     # with the same clip: ends 2, 4, ..., 16) and every last frame once
     assert (queries, hits) == (shown + images, shown - distinct + points - 1), (queries, hits)
+
+
+def test_a_shifted_curve_processes_each_clip_once_and_shares_its_prefixes(vllm_server, vllm_shifted_server):
+    """--progress-partial-groups shifted: the points that end inside a frame pair share a second
+    chain of clips (the first frame doubled, then the pairs from frame 1) instead of a tail each.
+    Both chains' longest points go first, so every clip is still processed once per curve, and
+    every point takes its prefix from the cache; the prompts are as long as the tail layout's."""
+    steps, points = 16, 16
+    body = logprob_body(points, seed=40, steps=steps)
+    before = stats(vllm_shifted_server.url)
+    shifted = score(vllm_shifted_server, body)
+    after = stats(vllm_shifted_server.url)
+    assert len(shifted["progress"]) == points and all(0.0 <= v <= 1.0 for v in shifted["progress"])
+    shown = sum(-(-end // 2) for end in prefix_ends(steps, points))  # each point shows ceil(end / 2) clips
+    distinct = 16  # 8 pairs from frame 0, and 8 clips of the second chain
+    queries = after["mm_cache_queries"] - before["mm_cache_queries"]
+    hits = after["mm_cache_hits"] - before["mm_cache_hits"]
+    assert (queries, hits) == (shown, shown - distinct), (queries, hits)
+    assert shifted["cached_tokens"] > 0.3 * shifted["prompt_tokens"], shifted
+    tail = score(vllm_server, body)
+    assert shifted["prompt_tokens"] == tail["prompt_tokens"]  # the same frames, in as many clips

@@ -15,7 +15,7 @@ from reward_client.client import RewardClient
 from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
 from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_server.engines.io import TextPart, VideoPart
-from reward_server.engines.vllm_curves import assign_clip_ids, item_ids
+from reward_server.engines.vllm_curves import assign_clip_ids, chain_leaders, item_ids
 from reward_server.profiles import load_profile
 from tests.helpers.episodes import TASK, inline, ramp
 from tests.helpers.servers import InProcessServer, get, post
@@ -79,6 +79,42 @@ def test_each_point_is_a_prompt_prefix_of_the_next(backend, points):
     assert visual == 16  # the longest point shows the episode once: no padding in the shared clips
     one = profile.build_curve(TASK, video, BackendKwargs(), "auto", 1)
     assert len(one) == 1 and not one[0].clips and np.array_equal(one[0].video, video)  # K = 1: today's request
+
+
+@pytest.mark.parametrize("backend", ["qwen2_5_vl_vllm", "PRIMO-R1"])
+@pytest.mark.parametrize(("frames", "points"), [(16, 16), (16, 5), (15, 15), (3, 3), (16, 4)])
+def test_shifted_partial_groups_show_each_prefix_from_one_of_two_chains(backend, frames, points):
+    """--progress-partial-groups shifted: a point ending inside a frame pair shows its frames
+    paired from its end (the first frame doubled in front), one clip per pair, in a chain the
+    other such points share; a point ending on a whole pair shows what the tail layout shows.
+    Each point's clips are the first ones of its chain's longest point."""
+    profile = load_profile(backend, partial_groups="shifted")
+    video = ramp(frames)
+    ends = prefix_ends(frames, points)
+    requests = profile.build_curve(TASK, video, BackendKwargs(), "auto", points)
+    tails = load_profile(backend).build_curve(TASK, video, BackendKwargs(), "auto", points)
+    for end, request, tail in zip(ends, requests, tails, strict=True):
+        clips = request.videos()
+        if end % 2 == 0:
+            assert [c.tolist() for c in clips] == [c.tolist() for c in tail.videos()]
+            continue
+        assert len(clips) == -(-end // 2) and all(len(c) == 2 for c in clips)
+        held = np.concatenate(clips)
+        np.testing.assert_array_equal(held[1:], video[:end])  # the first frame once more in front
+        np.testing.assert_array_equal(held[0], video[0])
+    leaders = chain_leaders(requests)
+    assert len(leaders) == len({end % 2 for end in ends})  # one chain per place in a pair
+    for request in requests:
+        (leader,) = [r for r in leaders if r.videos()[0] is request.videos()[0]]
+        assert all(a is b for a, b in zip(request.videos(), leader.videos(), strict=False))
+    if points == frames:  # every clip one pair in both layouts: as many clips (tokens) as the tail layout's
+        assert [len(a.videos()) for a in requests] == [len(b.videos()) for b in tails]
+
+
+def test_the_tail_layout_has_one_chain_and_a_lone_first_tail():
+    requests = load_profile("qwen2_5_vl_vllm").build_curve(TASK, ramp(16), BackendKwargs(), "auto", 16)
+    assert chain_leaders(requests) == [requests[0], requests[-1]]  # point 1 shows only its own tail
+    assert chain_leaders(requests[1:]) == [requests[-1]]
 
 
 def test_a_curve_gives_each_item_its_points_share_one_id():
