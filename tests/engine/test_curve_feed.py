@@ -12,39 +12,17 @@ taken by the engine together rather than as they were processed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.scripts import run_script
 
 
 def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path):
     out = tmp_path / "feed.json"
-    cmd = [
-        sys.executable,
-        str(ROOT / "scripts" / "bench_curve_feed.py"),
-        "--points",
-        "1,4",
-        "--episodes",
-        "3",
-        "--frames",
-        "8",
-        "--size",
-        "56",
-        "--repeats",
-        "1",
-        "--out",
-        str(out),
-        "--",
-        "--engine",
-        "vllm",
-        "--model-path",
-        str(tiny_checkpoint),
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    done = run_script(
+        "bench_curve_feed.py",
+        *("--points", "1,4", "--episodes", "3", "--frames", "8", "--size", "56", "--repeats", "1", "--out", str(out)),
+        *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint)),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = {r["points"]: r for r in json.loads(out.read_text())["results"]}
     assert sorted(results) == [1, 4]
@@ -62,11 +40,6 @@ def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path)
 
 
 def test_the_feed_bench_wants_the_servers_flags(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_curve_feed.py"), "--points", "4"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script("bench_curve_feed.py", "--points", "4", timeout=120)
     assert done.returncode == 2
     assert "the server's flags go after `--`" in done.stderr

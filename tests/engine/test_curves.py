@@ -48,40 +48,27 @@ FORMER_FLAGS = (
 )
 
 
-@pytest.fixture(scope="module")
-def vllm_former_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    server = start_server(
-        ["--engine", "vllm", "--batch-wait-ms", "300", *LONG_FLAGS, *FORMER_FLAGS],
-        tiny_checkpoint,
-        video_dir,
-        tmp_path_factory.mktemp("logs"),
-    )
+def _vllm(flags: list[str], tiny_checkpoint, video_dir, tmp_path_factory):
+    server = start_server(["--engine", "vllm", *flags], tiny_checkpoint, video_dir, tmp_path_factory.mktemp("logs"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_former_server(tiny_checkpoint, video_dir, tmp_path_factory):
+    flags = ["--batch-wait-ms", "300", *LONG_FLAGS, *FORMER_FLAGS]
+    yield from _vllm(flags, tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def vllm_primo_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    server = start_server(
-        ["--engine", "vllm", "--backend", "PRIMO-R1", *LONG_FLAGS],
-        tiny_checkpoint,
-        video_dir,
-        tmp_path_factory.mktemp("logs"),
-    )
-    yield server
-    server.stop()
+    yield from _vllm(["--backend", "PRIMO-R1", *LONG_FLAGS], tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def vllm_shifted_server(tiny_checkpoint, video_dir, tmp_path_factory):
-    server = start_server(
-        ["--engine", "vllm", "--progress-partial-groups", "shifted", *LONG_FLAGS],
-        tiny_checkpoint,
-        video_dir,
-        tmp_path_factory.mktemp("logs"),
-    )
-    yield server
-    server.stop()
+    flags = ["--progress-partial-groups", "shifted", *LONG_FLAGS]
+    yield from _vllm(flags, tiny_checkpoint, video_dir, tmp_path_factory)
 
 
 def clip_layout(frames: int, points: int) -> tuple[int, int]:

@@ -13,39 +13,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.scripts import repo_env, run_script
 
 
 def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny_checkpoint, tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [
-        sys.executable,
-        str(ROOT / "scripts" / "bench_input_processing.py"),
-        "--model-path",
-        str(tiny_checkpoint),
-        "--episodes",
-        "2",
-        "--frames",
-        "8",
-        "--size",
-        "56",
-        "--points",
-        "4",
-        "--concurrent",
-        "2",
-        "--repeats",
-        "1",
-        "--out",
-        str(out),
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    done = run_script(
+        "bench_input_processing.py",
+        *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
+        *("--points", "4", "--concurrent", "2", "--repeats", "1", "--out", str(out)),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {row["prepared_on"]: row for row in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"loop", "pool"}
@@ -105,8 +86,7 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
     )
     path = tmp_path / "retry.py"
     path.write_text(script)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=repo_env())
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ids"] == ["episode-1", "episode-1-retry1"]
