@@ -4,8 +4,8 @@ batch two ways on one engine, side by side:
 - `fed`, the server's path: every curve through `VllmEngine.generate_curve`, each point processed
   in the engine's input pool and handed to vLLM as soon as it is ready, so the engine schedules
   what has arrived while the rest is still being processed;
-- `ready`: every point of every curve processed first (the same pool, the same order: each curve's
-  longest point, then its others), then all handed to vLLM at once. Its `engine_s` is what the
+- `ready`: every point of every curve processed first (the same pool, the same order: the longest
+  point of each chain of clips, then the others), then all handed to vLLM at once. Its `engine_s` is what the
   engine needs for the batch when nothing waits on input processing; `input_s` is that processing.
 
     python scripts/bench_curve_feed.py [--points 1,16] [--episodes 64] [--repeats 3] [--out FILE] \
@@ -39,7 +39,7 @@ from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.io import EngineRequest
-from reward_server.engines.vllm_curves import assign_clip_ids
+from reward_server.engines.vllm_curves import assign_clip_ids, leaders_first
 from reward_server.engines.vllm_engine import VllmEngine, request_failure
 from reward_server.media.decoding import prepare_raw
 
@@ -93,21 +93,21 @@ class FeedBench:
         engine = self.engine
 
         async def process(curve: list[EngineRequest]) -> list[tuple[str, object, object]]:
-            *shorter, longest = curve  # as vllm_curves.run_curve: the longest point's clips first
+            leaders, others = leaders_first(curve)  # as vllm_curves.run_curve: each chain's longest first
             if engine._curves.clip_ids:
                 assign_clip_ids(curve, uuid.uuid4().hex)
-            first = await engine._input(longest, None)
-            rest = await asyncio.gather(*(engine._input(r, None) for r in shorter))
+            first = await asyncio.gather(*(engine._input(r, None) for r in leaders))
+            rest = await asyncio.gather(*(engine._input(r, None) for r in others))
             return [
                 (request.request_id, prompt, params)
-                for request, ((_inputs, params, prompt), _s) in zip([longest, *shorter], [first, *rest], strict=True)
+                for request, ((_inputs, params, prompt), _s) in zip([*leaders, *others], [*first, *rest], strict=True)
             ]
 
         start = time.monotonic()
         processed = await asyncio.gather(*(process(c) for c in curves))
         handed = time.monotonic()
         # created in this order, each task hands its input to vLLM before it first waits, so each
-        # curve's longest point reaches both halves of the processor cache before its other points
+        # chain's longest point reaches both halves of the processor cache before its other points
         finals = await asyncio.gather(
             *(engine._submit(rid, prompt, params) for curve in processed for rid, prompt, params in curve),
             return_exceptions=True,

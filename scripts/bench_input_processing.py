@@ -48,7 +48,7 @@ from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
-from reward_server.engines.vllm_curves import assign_clip_ids, chain_leaders
+from reward_server.engines.vllm_curves import assign_clip_ids, leaders_first
 from reward_server.engines.vllm_engine import VllmEngine
 from reward_server.media.decoding import prepare_raw
 
@@ -74,10 +74,10 @@ async def run(args: argparse.Namespace) -> dict:
                 if args.points:
                     requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
                     assign_clip_ids(requests, f"curve{seed}")
-                    leaders = chain_leaders(requests)  # as run_curve: each chain's longest point first
-                    episodes.append([*leaders, *(r for r in requests if all(r is not x for x in leaders))])
+                    leaders, others = leaders_first(requests)  # as run_curve: each chain's longest first
+                    episodes.append((leaders, others))
                 else:
-                    episodes.append([profile.build(WARMUP_TASK, video, kwargs, "logprob")])
+                    episodes.append(([profile.build(WARMUP_TASK, video, kwargs, "logprob")], []))
             return episodes
 
         if args.concurrent:
@@ -94,9 +94,10 @@ async def run(args: argparse.Namespace) -> dict:
             last = request.clip_ids[-1]
             return "tail" if sum(last in other.clip_ids for other in requests) == 1 else "shared"
 
-        def process(requests: list) -> tuple[float, float, dict, dict[str, float]]:
-            """One episode's requests prepared and rendered: (prepare ms, render ms, last prompt,
-            render ms by kind of curve point)."""
+        def process(episode: tuple[list, list]) -> tuple[float, float, dict, dict[str, float]]:
+            """One episode's requests prepared and rendered, leaders first: (prepare ms, render ms,
+            last prompt, render ms by kind of curve point)."""
+            requests = [*episode[0], *episode[1]]
             prepare_s = render_s = 0.0
             by_kind: dict[str, float] = {}
             for request in requests:
@@ -115,10 +116,10 @@ async def run(args: argparse.Namespace) -> dict:
         process(episodes[0])  # the first one pays one-time costs: not counted
         profiler = cProfile.Profile() if args.top else None
         prepares, times, kinds = [], [], []
-        for requests in episodes[1:]:
+        for episode in episodes[1:]:
             if profiler:
                 profiler.enable()
-            prepare_ms, render_ms, prompt, by_kind = process(requests)
+            prepare_ms, render_ms, prompt, by_kind = process(episode)
             if profiler:
                 profiler.disable()
             prepares.append(prepare_ms)
@@ -176,12 +177,11 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
     async def in_pool(request) -> None:  # the engine's own (VllmEngine._input)
         await engine._input(request, None)
 
-    async def episode(one, requests: list) -> None:  # a curve: the others once the longest is processed
-        first, *others = requests
-        await one(first)
+    async def episode(one, leaders: list, others: list) -> None:  # a curve: the others once its leaders are processed
+        await asyncio.gather(*(one(r) for r in leaders))
         await asyncio.gather(*(one(r) for r in others))
 
-    async def timed(one, episodes: list[list]) -> tuple[float, float, list[float]]:
+    async def timed(one, episodes: list[tuple[list, list]]) -> tuple[float, float, list[float]]:
         lateness: list[float] = []
         done = asyncio.Event()
 
@@ -193,7 +193,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
 
         tick = asyncio.ensure_future(ticker())
         start, cpu = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(episode(one, requests) for requests in episodes))
+        await asyncio.gather(*(episode(one, *requests) for requests in episodes))
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         done.set()
         await tick

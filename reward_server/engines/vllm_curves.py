@@ -133,6 +133,13 @@ def chain_leaders(requests: list[EngineRequest]) -> list[EngineRequest]:
     return list(last.values())
 
 
+def leaders_first(requests: list[EngineRequest]) -> tuple[list[EngineRequest], list[EngineRequest]]:
+    """A curve's points in the order their inputs must be processed and handed to vLLM: each
+    chain's longest point (chain_leaders), then the others, whose clips are then cache hits."""
+    leaders = chain_leaders(requests)
+    return leaders, [r for r in requests if all(r is not leader for leader in leaders)]
+
+
 async def run_curve(engine: Any, requests: list[EngineRequest], settings: CurveSettings) -> list[EngineOutput]:
     """The points of one curve on a VllmEngine, each chain's longest point first (see the module's
     notes): the others go in once every such point is handed over (or prefilled)."""

@@ -6,7 +6,9 @@ That is only a measurement if vLLM answers those points as the server's path doe
 longest point has to reach both halves of vLLM's processor cache before the points that reuse
 its clips, or the engine core finds no entry for them. So the test asserts every point answered
 in both rows, the engine's steps counted inside each row's window, and the ready row's prompts
-taken by the engine together rather than as they were processed.
+taken by the engine together rather than as they were processed. The curves have two chains of
+clips (`--progress-partial-groups shifted`, K = T): both chains' longest points go first, in the
+bench as in the server (vllm_curves.leaders_first); the default layout is the one-chain case.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path)
     out = tmp_path / "feed.json"
     done = run_script(
         "bench_curve_feed.py",
-        *("--points", "1,4", "--episodes", "3", "--frames", "8", "--size", "56", "--repeats", "1", "--out", str(out)),
-        *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint)),
+        *("--points", "1,8", "--episodes", "3", "--frames", "8", "--size", "56", "--repeats", "1", "--out", str(out)),
+        *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint), "--progress-partial-groups", "shifted"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = {r["points"]: r for r in json.loads(out.read_text())["results"]}
-    assert sorted(results) == [1, 4]
+    assert sorted(results) == [1, 8]
     for points, result in results.items():
         assert result["prompts"] == 3 * points
         for name in ("fed", "ready"):
