@@ -3,14 +3,15 @@ template and tokenizer; VllmEngine._render: the HF processor, vLLM's prompt upda
 after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
-        [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15]
+        [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15] [--profile-out FILE]
         [--concurrent 2,4,8 [--repeats 3]] [--out FILE]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
 not run, so a tiny checkpoint with the 7B's processor measures what a 7B server's input threads
 do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
-adds cProfile's N costliest functions (own time) over all of them. Prints JSON (and writes it to
+adds cProfile's N costliest functions (own time) over all of them; `--profile-out` writes the
+whole profile for `pstats` (cumulative times). Prints JSON (and writes it to
 `--out`; vLLM's own log goes to stdout too).
 
 `--concurrent T1,T2,...` measures what the server does with a whole batch instead: all the episodes
@@ -114,7 +115,7 @@ async def run(args: argparse.Namespace) -> dict:
             return prepare_s * 1000, render_s * 1000, prompt, by_kind
 
         process(episodes[0])  # the first one pays one-time costs: not counted
-        profiler = cProfile.Profile() if args.top else None
+        profiler = cProfile.Profile() if args.top or args.profile_out else None
         prepares, times, kinds = [], [], []
         for episode in episodes[1:]:
             if profiler:
@@ -141,7 +142,9 @@ async def run(args: argparse.Namespace) -> dict:
                 name: round(statistics.median(k.get(name, 0.0) for k in kinds), 2)
                 for name in ("longest", "tail", "shared")
             }
-        if profiler:
+        if profiler and args.profile_out:  # every function, for pstats' cumulative view
+            profiler.dump_stats(args.profile_out)
+        if profiler and args.top:
             stats = pstats.Stats(profiler)
             rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[: args.top]
             result["top_own_ms_per_episode"] = [
@@ -262,6 +265,7 @@ def main() -> None:
         help="--points: how a point that ends inside a frame group shows it (--progress-partial-groups)",
     )
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--profile-out", help="also write cProfile's stats of the timed episodes here")
     parser.add_argument(
         "--concurrent",
         type=lambda text: [int(t) for t in text.split(",")],

@@ -20,7 +20,7 @@ from typing import Any
 
 from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead, EngineInputRejected
 from reward_server.engines.io import EngineOutput, EngineRequest, Sampling, TokenLogprob
-from reward_server.engines.prompting import load_processor, render
+from reward_server.engines.prompting import PromptCache, load_processor
 from reward_server.engines.step_floor import OPTION, HFStepFloor
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class HFEngine(Engine):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._model: Any = None
         self._processor: Any = None
+        self._prompts: PromptCache | None = None
         self._device = "cpu"
         self._dead: str | None = None
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
@@ -67,6 +68,7 @@ class HFEngine(Engine):
         dtype = "auto" if c.dtype == "auto" else getattr(torch, c.dtype)
         torch.manual_seed(c.seed)
         self._processor = load_processor(c.model_path)
+        self._prompts = PromptCache(self._processor)
         self._model = AutoModelForImageTextToText.from_pretrained(
             c.model_path, dtype=dtype, attn_implementation="sdpa"
         ).to(self._device)
@@ -151,7 +153,7 @@ class HFEngine(Engine):
 
     def model_inputs(self, requests: list[EngineRequest]) -> tuple[Any, list[str]]:
         """The processor's padded batch for requests of one decoding setting, and their prompts."""
-        prompts = [render(self._processor, r.chat) for r in requests]
+        prompts = [self._prompts.text(r.chat) for r in requests]
         images = [img for r in requests for img in r.images]
         videos = [v for r in requests for v in r.videos()]
         extra: dict[str, Any] = {}

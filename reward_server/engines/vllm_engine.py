@@ -52,7 +52,7 @@ from reward_server.engines.base import (
     EngineRequestFailed,
 )
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
-from reward_server.engines.prompting import load_processor, render, video_metadata
+from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
@@ -313,6 +313,7 @@ class VllmEngine(Engine):
         super().__init__(config)
         self._llm: Any = None
         self._processor: Any = None
+        self._prompts: PromptCache | None = None  # set with the processor (load_processor)
         self._token_ids: dict[str, list[int]] = {}
         self._threads = input_threads(config.options)
         self._prep_pool: ThreadPoolExecutor | None = None
@@ -529,6 +530,7 @@ class VllmEngine(Engine):
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
         self._processor = load_processor(self.config.model_path)
+        self._prompts = PromptCache(self._processor)
 
     def answer_token_ids(self, word: str) -> list[int]:
         if word not in self._token_ids:
@@ -565,7 +567,7 @@ class VllmEngine(Engine):
 
     def prepare(self, request: EngineRequest) -> tuple[dict, Any]:
         """The vLLM prompt dict and sampling params for one request (no model call)."""
-        prompt = render(self._processor, request.chat)
+        prompt = self._prompts.text(request.chat)
         mm: dict[str, Any] = {}
         if videos := request.videos():
             mm["video"] = [(v, video_metadata(len(v), request.fps)) for v in videos]
@@ -574,7 +576,7 @@ class VllmEngine(Engine):
         inputs: dict[str, Any] = {"prompt": prompt}
         if mm and self._curves.clip_ids:
             # vLLM 0.24 reads multi_modal_uuids from token prompts only (newer ones from both)
-            inputs["prompt_token_ids"] = self._processor.tokenizer.encode(prompt, add_special_tokens=False)
+            inputs["prompt_token_ids"] = self._prompts.token_ids(prompt)
             inputs["multi_modal_uuids"] = item_ids(request)
         if mm:
             inputs["multi_modal_data"] = mm
