@@ -44,6 +44,9 @@ mkdir -p "$OUT"
 CKPT=/tmp/ckpt7b
 [ -f $CKPT/config.json ] || python3 -m reward_server.tiny_checkpoint $CKPT --preset qwen2_5_vl_7b >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# the host's CPU too: the server's input processing runs there, and two H200 hosts gave K = 16 curves
+# 4.8-5.3 s and 6.3-6.8 s with nearly the same tree (issue 40's rounds 10 and 11)
+{ lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|CPU max MHz)'; nproc; } >"$OUT/host.txt" 2>/dev/null || true
 TUNED="--max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN"
 COMMON="--model-path $CKPT --dtype bfloat16 --max-model-len 8192 --log-level warning --gpu-memory-utilization 0.85"
 N=${N:-64}

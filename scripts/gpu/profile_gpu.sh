@@ -48,6 +48,9 @@ COMMON="--engine vllm --model-path $CKPT --dtype bfloat16 --max-model-len 8192 -
 COMMON="$COMMON --gpu-memory-utilization 0.85 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN"
 N=${N:-64}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RES/gpu.txt"
+# the host's CPU too: the server's input processing runs there, and two H200 hosts gave K = 16 curves
+# 4.8-5.3 s and 6.3-6.8 s with nearly the same tree (issue 40's rounds 10 and 11)
+{ lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|CPU max MHz)'; nproc; } >"$RES/host.txt" 2>/dev/null || true
 
 wait_server() {  # url, pid, seconds: /health ok, or fail as soon as the server exits
   for _ in $(seq "$3"); do
