@@ -7,13 +7,15 @@ prompt text whichever engine runs it.
 from __future__ import annotations
 
 import functools
+from array import array
 from typing import Any
 
 from reward_server.engines.io import ChatPrompt
 
 # Distinct prompts kept rendered: a batch's episodes share a few task texts and a curve's points
-# differ only in their count of clips, so a few hundred cover a 64-episode, 16-point batch.
-PROMPT_CACHE_SIZE = 1024
+# differ only in their count of clips, so a LIBERO batch of 16-point curves (10 tasks) needs 160.
+# At most ~25 MB: 256 texts and token arrays of a full 8192-token context.
+PROMPT_CACHE_SIZE = 256
 
 
 def load_processor(model_path: str) -> Any:
@@ -47,8 +49,8 @@ class PromptCache:
     def _render(self, chat: ChatPrompt) -> str:
         return render(self._processor, chat)
 
-    def _encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self._processor.tokenizer.encode(text, add_special_tokens=False))
+    def _encode(self, text: str) -> array:
+        return array("q", self._processor.tokenizer.encode(text, add_special_tokens=False))
 
     def text(self, chat: ChatPrompt) -> str:
         if not self.caches_text:

@@ -83,3 +83,14 @@ def test_token_ids_are_a_new_list_each_time(processor):
     first = cache.token_ids("hello there")
     first.append(-1)  # vLLM may change what it is handed
     assert cache.token_ids("hello there") == processor.tokenizer.encode("hello there", add_special_tokens=False)
+
+
+def test_the_cache_keeps_at_most_its_size(processor):
+    cache = PromptCache(processor, size=4)
+    chats = [ChatPrompt(system=None, user=(TextPart(f"task {i}"),)) for i in range(10)]
+    for chat in chats:
+        assert cache.token_ids(cache.text(chat)) == processor.tokenizer.encode(
+            render(processor, chat), add_special_tokens=False
+        )
+    assert cache._text.cache_info().currsize == cache._ids.cache_info().currsize == 4
+    assert cache.text(chats[0]) == render(processor, chats[0])  # evicted, rendered again
