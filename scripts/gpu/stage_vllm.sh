@@ -7,18 +7,20 @@
 # then on the device:
 #   run(carry=[".vx/p1"]):          bash scripts/gpu/stage_vllm.sh 1
 #   run(carry=[".vx/p2"]):          bash scripts/gpu/stage_vllm.sh 2
-#   run(carry=[".vx/xa", ".vx/p1d"]): bash scripts/gpu/stage_vllm.sh 2x   (av: .vx/x with it outgrew a carry;
-#                                     .vx/p1d: p1's deps/ folder, moved out once p1 and the tree outgrew one)
+#   run(carry=[".vx/xa"]):          bash scripts/gpu/stage_vllm.sh 2x   (av: .vx/x with it outgrew a carry)
+#   run(carry=[".vx/p1d"]):         bash scripts/gpu/stage_vllm.sh 2x   (p1's deps/ folder, moved out once p1
+#                                     and the tree outgrew one; with .vx/xa and the tree it passed 64 MiB)
 #   run(carry=[".vx/p3", ".vx/x"]): bash scripts/gpu/stage_vllm.sh 3 && <the measurement>
-# The tree (~9 MiB) and a carry share 64 MiB: p2's fa3.xz travels in .vx/p3 and p1's deps/ in .vx/p1d;
+# The tree (~15 MiB, growing with docs/bench) and a carry share 64 MiB: p2's fa3.xz travels in .vx/p3 and p1's deps/ in .vx/p1d;
 # every step copies into /tmp/stage, so the layout there is the recipe's.
 # Step 3 installs into /tmp/site and writes the random-weight 7B-shaped checkpoint to /tmp/ckpt7b.
 set -euo pipefail
 case "${1:?1, 2 or 3}" in
   1) mkdir -p /tmp/stage && cp -r .vx/p1/* /tmp/stage/ ;;
   2) cp -r .vx/p2/* /tmp/stage/ ;;
-  2x)  # wheels too large to travel with step 3 (av), and p1's deps/ when it travels apart (.vx/p1d)
-    mkdir -p /tmp/stage_x && cp .vx/xa/*.whl /tmp/stage_x/
+  2x)  # wheels too large to travel with step 3 (av), and p1's deps/ when it travels apart (.vx/p1d): whichever came
+    mkdir -p /tmp/stage_x
+    if [ -d .vx/xa ]; then cp .vx/xa/*.whl /tmp/stage_x/; fi
     if [ -d .vx/p1d ]; then cp -r .vx/p1d/* /tmp/stage/; fi
     ;;
   3)
