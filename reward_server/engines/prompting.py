@@ -33,11 +33,12 @@ def render(processor: Any, chat: ChatPrompt) -> str:
 class PromptCache:
     """`render` and the tokenizer, once per distinct prompt. A prompt's text depends only on its
     ChatPrompt (media are placeholders there) and its token ids only on the text, while an input
-    thread spent ~0.4 ms a request on them, every time: the template and the tokenizer held the
-    interpreter lock for ~15% of the input processing of a 16-point curve
-    (scripts/bench_input_processing.py --points 16). A template that reads the clock
-    (`strftime_now`) is rendered every time; so is a ChatPrompt that cannot be hashed (a list in
-    its template kwargs). The token ids come back as a new list: vLLM may keep what it is given."""
+    thread spent ~0.27 ms a request on them, every time: 4.2-4.3 ms of the ~21 ms a 16-point curve
+    took to process on one CPU thread, all of it holding the interpreter lock
+    (scripts/bench_input_processing.py --points 16). Rendered every time: a template that reads the
+    clock (`strftime_now`), and a chat request's template kwargs (values that compare equal can
+    print differently: True and 1). The token ids come back as a new list: vLLM may keep what it
+    is given."""
 
     def __init__(self, processor: Any, size: int = PROMPT_CACHE_SIZE):
         self._processor = processor
@@ -53,11 +54,7 @@ class PromptCache:
         return array("q", self._processor.tokenizer.encode(text, add_special_tokens=False))
 
     def text(self, chat: ChatPrompt) -> str:
-        if not self.caches_text:
-            return render(self._processor, chat)
-        try:
-            hash(chat)
-        except TypeError:
+        if not self.caches_text or chat.template_kwargs:
             return render(self._processor, chat)
         return self._text(chat)
 

@@ -52,9 +52,10 @@ def test_prompts_differ_where_their_chats_do(processor):
     assert cache.text(base) == render(processor, base)
 
 
-def test_unhashable_template_kwargs_render_every_time(processor):
+@pytest.mark.parametrize("value", [[{"name": "x"}], True, 1])  # a list cannot be hashed; True == 1
+def test_chats_with_template_kwargs_render_every_time(processor, value):
     cache = PromptCache(processor)
-    chat = ChatPrompt(system=None, user=(TextPart("hi"),), template_kwargs=(("tools", [{"name": "x"}]),))
+    chat = ChatPrompt(system=None, user=(TextPart("hi"),), template_kwargs=(("flag", value),))
     assert cache.text(chat) == render(processor, chat)
     assert cache.text(chat) == render(processor, chat)
     assert cache.hits() == 0
