@@ -20,7 +20,8 @@
 #            samples the server and its engine core while the bench runs (k1_spy.txt, collapsed
 #            stacks per thread), to see what holds the interpreter.
 # curves:    progress curves K = 1, 8, 16 (reward_tools.bench_curves, CURVE_REPEATS, default 4),
-#            every repeat's phases (why repeats differ).
+#            every repeat's phases (why repeats differ). CURVE_FLAGS: more server flags; CURVE_POINTS
+#            ("1 16"), CURVE_STYLE (gen1: PRIMO-R1's curves, one new token a point).
 # curves_ab: the curves K = 1, 8, 16 (CURVE_REPEATS, default 3) on a server of each row of AB_ROWS
 #            (as ab: name=flags, "@DIR" and NAME=VALUE words too), the rows in turn, AB_ROUNDS
 #            times (default 1): two settings or two trees' curves side by side on one machine.
@@ -180,7 +181,7 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     rm -f "$steps"
     # shellcheck disable=SC2086  # flag lists
     python3 -m reward_tools.bench_curves --launch "$COMMON ${CURVE_FLAGS:-} --warmup-batch $N --engine-option step_log=$steps" \
-      --n "$N" --points 1 8 16 --repeats "${CURVE_REPEATS:-4}" --no-plain --no-voc \
+      --n "$N" --points ${CURVE_POINTS:-1 8 16} --style "${CURVE_STYLE:-logprob}" --repeats "${CURVE_REPEATS:-4}" --no-plain --no-voc \
       --out "$RES/curves.json" >/dev/null 2>"$RES/curves.log" || echo "curves: errors (see curves.log)"
     python3 -m reward_tools.curves_table "$RES/curves.json" | tee "$RES/curves_table.md"
     python3 -m reward_tools.steps_report "$RES/curves.json" "$steps" --out "$RES/curves_phases.json" \
