@@ -33,12 +33,12 @@ def render(processor: Any, chat: ChatPrompt) -> str:
 class PromptCache:
     """`render` and the tokenizer, once per distinct prompt. A prompt's text depends only on its
     ChatPrompt (media are placeholders there) and its token ids only on the text, while an input
-    thread spent ~0.27 ms a request on them, every time: 4.2-4.3 ms of the ~21 ms a 16-point curve
-    took to process on one CPU thread, all of it holding the interpreter lock
-    (scripts/bench_input_processing.py --points 16). Rendered every time: a template that reads the
-    clock (`strftime_now`), and a chat request's template kwargs (values that compare equal can
-    print differently: True and 1). The token ids come back as a new list: vLLM may keep what it
-    is given."""
+    thread spent ~0.25 ms a request on them, every time: 3.8-4.0 ms of the ~20 ms a 16-point
+    curve took to process on one CPU thread, all of it holding the interpreter lock; 0.7 ms with
+    the cache (docs/bench/cpu_prompt_cache_2026-11-29.json). Rendered every time: a template that
+    reads the clock (`strftime_now`), and a chat request's template kwargs (values that compare
+    equal can print differently: True and 1). The token ids come back as a new list: vLLM may
+    keep what it is given."""
 
     def __init__(self, processor: Any, size: int = PROMPT_CACHE_SIZE):
         self._processor = processor
