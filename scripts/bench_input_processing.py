@@ -4,13 +4,14 @@ after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
         [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15] [--profile-out FILE]
-        [--concurrent 2,4,8 [--repeats 3]] [--out FILE]
+        [--concurrent 2,4,8 [--repeats 3]] [--out FILE] [--engine-flags "SERVER FLAGS"]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
 not run, so a tiny checkpoint with the 7B's processor measures what a 7B server's input threads
 do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
-adds cProfile's N costliest functions (own time) over all of them; `--profile-out` writes the
+adds cProfile's N costliest functions over all of them, by their own time and by the time
+inside them; `--profile-out` writes the
 whole profile for `pstats` (cumulative times). Prints JSON (and writes it to
 `--out`; vLLM's own log goes to stdout too).
 
@@ -40,6 +41,7 @@ import cProfile
 import json
 import logging
 import pstats
+import shlex
 import statistics
 import threading
 import time
@@ -55,7 +57,7 @@ from reward_server.media.decoding import prepare_raw
 
 
 async def run(args: argparse.Namespace) -> dict:
-    flags = ["--engine", "vllm", "--model-path", args.model_path, "--no-warmup"]
+    flags = ["--engine", "vllm", "--model-path", args.model_path, "--no-warmup", *shlex.split(args.engine_flags)]
     settings = cli.parse_settings([*flags, "--progress-partial-groups", args.partial_groups])
     profile = build_profile(settings)
     engine = VllmEngine(engine_config(settings))
@@ -154,6 +156,17 @@ async def run(args: argparse.Namespace) -> dict:
                     "calls": nc // len(times),
                 }
                 for (path, line, name), (_cc, nc, tt, _ct, _callers) in rows
+            ]
+            # and by the time spent inside each (callees included): where two vLLM versions or two
+            # hosts differ, whatever the functions are called there
+            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)[: args.top]
+            result["top_cumulative_ms_per_episode"] = [
+                {
+                    "function": f"{path.rsplit('site-packages/', 1)[-1]}:{line} {name}",
+                    "cumulative_ms": round(ct * 1000 / len(times), 3),
+                    "calls": nc // len(times),
+                }
+                for (path, line, name), (_cc, nc, _tt, ct, _callers) in rows
             ]
         return result
     finally:
@@ -273,6 +286,11 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="--concurrent: batches per row")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--engine-flags",
+        default="",
+        help="more server flags for the engine, e.g. '--enforce-eager --max-model-len 8192'",
+    )
     args = parser.parse_args()
     text = json.dumps(asyncio.run(run(args)), indent=1)
     if args.out:

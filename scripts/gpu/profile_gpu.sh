@@ -3,7 +3,7 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|curve_feed|ab
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|curve_feed|input_cost|ab
 #   (results under $RES, packed into $OUT)
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
@@ -30,6 +30,9 @@
 #            engine without the HTTP layer: the curves K = 1 and 16 (FEED_POINTS) through the server's
 #            path against every input processed first and all handed to vLLM at once
 #            (scripts/bench_curve_feed.py, FEED_REPEATS, default 3): is the batch held back by its feed.
+# input_cost: one input thread's processing per 16-point curve here, nothing else running, then under
+#            cProfile (scripts/bench_input_processing.py --points 16 --raw-pixels [--top 30]): the host
+#            and vLLM's version against the CPU machine's numbers.
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
 #            "NAME=VALUE ..." with that environment) on
@@ -227,6 +230,19 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
         --out "$RES/$name.json" -- $COMMON ${row#*=} >/dev/null 2>"$RES/$name.log" || { echo "$name: failed"; tail -20 "$RES/$name.log"; }
       [ -f "$RES/$name.json" ] && python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results'], indent=1))" "$RES/$name.json"
     done
+    ;;
+  input_cost)
+    # one input thread's processing per 16-point curve on this host with nothing else running
+    # (scripts/bench_input_processing.py, as on the CPU machine): a feed slower here than there comes
+    # from the host or vLLM's version, not from what runs beside it in the server. Then the same
+    # under cProfile, its costliest functions by the time inside them.
+    flags="--dtype bfloat16 --max-model-len 8192 --enforce-eager --gpu-memory-utilization 0.5"
+    python3 scripts/bench_input_processing.py --model-path $CKPT --episodes 16 --points 16 --raw-pixels \
+      --engine-flags "$flags" --out "$RES/input_curve.json" >"$RES/input_curve.log" 2>&1 || tail -20 "$RES/input_curve.log"
+    python3 scripts/bench_input_processing.py --model-path $CKPT --episodes 8 --points 16 --raw-pixels --top 30 \
+      --engine-flags "$flags" --out "$RES/input_curve_top.json" >"$RES/input_curve_top.log" 2>&1 || tail -20 "$RES/input_curve_top.log"
+    python3 -c "import json,sys; [print(k, json.load(open(k)).get('render_ms_median')) for k in sys.argv[1:]]" "$RES"/input_curve*.json
+    rm -f "$RES"/input_curve*.log
     ;;
   ab)
     IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
