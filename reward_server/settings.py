@@ -230,7 +230,6 @@ class ServerSettings(BaseModel):
 
     def engine_options(self) -> dict[str, str]:
         """`--engine-option KEY=VALUE`s, with what the vLLM tuning flags stand for merged in."""
-        from reward_server.engines.vllm_input_pool import input_order
         from reward_server.engines.vllm_options import flag_options
         from reward_server.engines.vllm_profiler import profiler_config
         from reward_server.engines.vllm_threads import input_threads, wanted_threads
@@ -243,7 +242,6 @@ class ServerSettings(BaseModel):
             options[key.strip()] = value.strip()
         wanted_threads(options, on_gpu=False)  # a bad torch_threads is refused with the other flags
         input_threads(options)  # and a bad preprocess_threads
-        input_order(options)  # or input_order
         profiler_config(options)  # so is a profiler configured twice
         return flag_options(
             self.quantization, self.kv_cache_dtype, self.compile_mm_encoder, self.cudagraph_mm_encoder, options

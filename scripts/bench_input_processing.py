@@ -45,6 +45,7 @@ import shlex
 import statistics
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
@@ -52,7 +53,6 @@ from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.vllm_curves import assign_clip_ids, leaders_first
 from reward_server.engines.vllm_engine import VllmEngine
-from reward_server.engines.vllm_input_pool import InputPool
 from reward_server.media.decoding import prepare_raw
 
 
@@ -220,7 +220,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
     for threads in args.concurrent:
         if engine._prep_pool is not None:  # the engine's own pool, then each row's
             engine._prep_pool.shutdown()
-        engine._prep_pool = InputPool(threads)
+        engine._prep_pool = ThreadPoolExecutor(threads, thread_name_prefix="vllm-inputs")
         await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
         seed += 2
         placements = {"loop": on_loop, "pool": in_pool}

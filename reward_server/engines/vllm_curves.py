@@ -42,7 +42,6 @@ import numpy as np
 
 from reward_server.engines.base import gather_all
 from reward_server.engines.io import EngineOutput, EngineRequest
-from reward_server.engines.vllm_input_pool import HITS, OWN
 
 CURVE_OPTIONS = ("curve_start", "curve_clip_ids")
 CurveStart = Literal["handed", "prefilled"]
@@ -141,38 +140,12 @@ def leaders_first(requests: list[EngineRequest]) -> tuple[list[EngineRequest], l
     return leaders, [r for r in requests if all(r is not leader for leader in leaders)]
 
 
-def point_ranks(leaders: list[EngineRequest], requests: list[EngineRequest]) -> dict[str, int]:
-    """The input pool's rank (vllm_input_pool) of each point that is not a leader: HITS when the
-    leaders show every item it shows (its processing calls no processor), OWN when it has an item
-    of its own (a tail). Without item ids (`curve_clip_ids=false`) nothing is a hit; the points
-    are then all HITS, behind the leaders, as before."""
-    shown = {i for r in leaders for i in (*r.clip_ids, *r.image_ids)}
-    return {
-        r.request_id: HITS if shown.issuperset((*r.clip_ids, *r.image_ids)) else OWN
-        for r in requests
-        if all(r is not leader for leader in leaders)
-    }
-
-
 async def run_curve(engine: Any, requests: list[EngineRequest], settings: CurveSettings) -> list[EngineOutput]:
     """The points of one curve on a VllmEngine, each chain's longest point first (see the module's
-    notes): the others go in once every such point is handed over (or prefilled), ranked in the
-    input pool by whether they have an item of their own (point_ranks)."""
+    notes): the others go in once every such point is handed over (or prefilled)."""
     leaders = chain_leaders(requests)
     if settings.clip_ids:
         assign_clip_ids(requests, uuid.uuid4().hex)
-    ranks = point_ranks(leaders, requests)
-    engine.input_ranks.update(ranks)
-    try:
-        return await _leaders_then_others(engine, requests, leaders, settings)
-    finally:
-        for request_id in ranks:
-            engine.input_ranks.pop(request_id, None)
-
-
-async def _leaders_then_others(
-    engine: Any, requests: list[EngineRequest], leaders: list[EngineRequest], settings: CurveSettings
-) -> list[EngineOutput]:
     marks = {r.request_id: CurveMarks(asyncio.Event(), asyncio.Event()) for r in leaders}
     engine.curve_marks.update(marks)
     gates = [m.prefilled if settings.start == "prefilled" else m.handed for m in marks.values()]

@@ -11,8 +11,7 @@ episode after another: 64 episodes ending together would otherwise wait ~1 s for
 thread while the body of the batch also waits to be read. It goes through vLLM's supported
 API (vLLM 0.24 to 0.32 at least): `renderer.render_cmpl` in a thread, its output handed to
 `AsyncLLM.generate`. Two threads by default (vllm_threads.input_threads: more only wait for the
-interpreter lock), taking a curve's points that need a processor call of their own last
-(vllm_input_pool).
+interpreter lock).
 
 Log-probabilities are vLLM's default, raw ones (the model's, before temperature and the
 sampling restrictions), as `vllm serve` returns them. The logprob score mode asks for the two
@@ -42,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reward_server.engines.base import (
@@ -59,8 +59,6 @@ from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHO
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm_heap import METHOD as FREEZE_METHOD
 from reward_server.engines.vllm_heap import OPTION as FREEZE
-from reward_server.engines.vllm_input_pool import LEAD, InputPool, input_order
-from reward_server.engines.vllm_input_pool import OPTION as INPUT_ORDER
 from reward_server.engines.vllm_options import check_supported
 from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm_pixel_dtype import cast_pixels
@@ -318,12 +316,10 @@ class VllmEngine(Engine):
         self._prompts: PromptCache | None = None  # set with the processor (load_processor)
         self._token_ids: dict[str, list[int]] = {}
         self._threads = input_threads(config.options)
-        self._order = input_order(config.options)
-        self._prep_pool: InputPool | None = None
+        self._prep_pool: ThreadPoolExecutor | None = None
         self._serial = threading.Lock()
         self._curves = curve_settings(config.options)
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
-        self.input_ranks: dict[str, int] = {}  # the input pool's rank of a curve's other points (vllm_curves)
         self._logprob_kinds = _LogprobKinds()
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
         self._pixel_dtype: Any = None  # cast pixels to it before they leave (vllm_pixel_dtype), once started
@@ -373,7 +369,6 @@ class VllmEngine(Engine):
                 kwargs[key] = value
         ours = {
             INPUT_THREADS,
-            INPUT_ORDER,
             THREADS,
             SWITCH_MS,
             OPTION,
@@ -530,7 +525,7 @@ class VllmEngine(Engine):
         for method, args in await asyncio.to_thread(self.worker_calls):
             self.workers_answered(method, await self._llm.collective_rpc(method, args=args))
         if self._threads > 0:
-            self._prep_pool = InputPool(self._threads, self._order)
+            self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
 
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
@@ -634,12 +629,11 @@ class VllmEngine(Engine):
         inputs, params = self._alone_if_borrowed(self.prepare, request)
         return inputs, params, self._render(inputs, params, cap)
 
-    async def _in_pool(self, call: Callable[..., Any], *args: Any, rank: int = LEAD) -> tuple[Any, float]:
-        """call(*args) in the input pool at `rank` (vllm_input_pool; inline without a pool), and
-        the seconds it took, waiting included."""
+    async def _in_pool(self, call: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+        """call(*args) in the input pool (inline without one), and the seconds it took."""
         start = time.perf_counter()
         if self._prep_pool is not None:
-            done = await asyncio.wrap_future(self._prep_pool.submit_ranked(rank, call, *args))
+            done = await asyncio.get_running_loop().run_in_executor(self._prep_pool, call, *args)
         else:
             done = call(*args)
         return done, time.perf_counter() - start
@@ -650,9 +644,8 @@ class VllmEngine(Engine):
         interpreter lock inside the tokenizer and waited to get it back behind the busy input
         threads, once per request (a 16-point curve batch is 1024 of them), while the loop is what
         hands processed inputs to vLLM (scripts/bench_input_processing.py --concurrent measures
-        both). A curve's points that are not its leaders go at their rank (vllm_curves.point_ranks)."""
-        rank = self.input_ranks.get(request.request_id, LEAD)
-        return await self._in_pool(self._prepare_and_render, request, cap, rank=rank)
+        both)."""
+        return await self._in_pool(self._prepare_and_render, request, cap)
 
     async def _submit(
         self,
