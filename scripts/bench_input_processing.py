@@ -66,8 +66,9 @@ async def run(args: argparse.Namespace) -> dict:
     engine._raw_pixels = args.raw_pixels
     try:
 
-        def build(seeds: range) -> list[list]:
-            """Each episode's requests (a curve's points: the longest first, as vllm_curves)."""
+        def build(seeds: range, tag: str = "") -> list[list]:
+            """Each episode's requests (a curve's points: the longest first, as vllm_curves); `tag`
+            makes the item ids new for episodes built again."""
             episodes = []
             for seed in seeds:
                 video = prepare_raw(
@@ -76,7 +77,7 @@ async def run(args: argparse.Namespace) -> dict:
                 kwargs = BackendKwargs(score_mode="logprob")
                 if args.points:
                     requests = profile.build_curve(WARMUP_TASK, video, kwargs, "logprob", args.points)
-                    assign_clip_ids(requests, f"curve{seed}")
+                    assign_clip_ids(requests, f"curve{seed}{tag}")
                     leaders, others = leaders_first(requests)  # as run_curve: each chain's longest first
                     episodes.append((leaders, others))
                 else:
@@ -97,9 +98,12 @@ async def run(args: argparse.Namespace) -> dict:
             last = request.clip_ids[-1]
             return "tail" if sum(last in other.clip_ids for other in requests) == 1 else "shared"
 
-        def process(episode: tuple[list, list]) -> tuple[float, float, dict, dict[str, float]]:
+        def process(
+            episode: tuple[list, list], inputs_out: list | None = None
+        ) -> tuple[float, float, dict, dict[str, float]]:
             """One episode's requests prepared and rendered, leaders first: (prepare ms, render ms,
-            last prompt, render ms by kind of curve point)."""
+            last prompt, render ms by kind of curve point); each engine input appended to
+            `inputs_out` if given."""
             requests = [*episode[0], *episode[1]]
             prepare_s = render_s = 0.0
             by_kind: dict[str, float] = {}
@@ -110,12 +114,16 @@ async def run(args: argparse.Namespace) -> dict:
                 prompt = engine._render(inputs, params, None)
                 prepare_s += rendered - start
                 took = time.perf_counter() - rendered
+                if inputs_out is not None:
+                    inputs_out.append(prompt)
                 render_s += took
                 if args.points:
                     name = kind(request, requests)
                     by_kind[name] = by_kind.get(name, 0.0) + took * 1000
             return prepare_s * 1000, render_s * 1000, prompt, by_kind
 
+        if args.ab:
+            return ab_rows(args, build, process)
         process(episodes[0])  # the first one pays one-time costs: not counted
         profiler = cProfile.Profile() if args.top or args.profile_out else None
         prepares, times, kinds = [], [], []
@@ -171,6 +179,108 @@ async def run(args: argparse.Namespace) -> dict:
         return result
     finally:
         await engine.shutdown()
+
+
+# `--ab` rows: whether a request whose items are all cached calls the HF processor (vllm_cache_hits),
+# and the server's torch threads while it processes (the engine sets 1 on GPUs: vllm_threads)
+AB_ROWS = {"skip": (True, None), "call": (False, None), "skip_t2": (True, 2), "skip_t4": (True, 4)}
+
+
+def input_digest(engine_input: dict, curve_id: str) -> str:
+    """What an engine input holds, as one hash: token ids, placeholders, every tensor's bytes; its
+    items' hashes only as which items share one (vLLM derives them from the ids, new per row), and
+    neither the curve's own id nor the arrival time (so the same episode processed again under
+    another id digests the same)."""
+    import hashlib
+
+    import numpy as np
+    import torch
+
+    def walk(value: object, depth: int = 0) -> object:
+        if depth > 16:
+            return "..."
+        if isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous().flatten().view(torch.uint8).numpy()
+            return ("tensor", tuple(value.shape), str(value.dtype), hashlib.sha1(data.tobytes()).hexdigest())
+        if isinstance(value, np.ndarray):
+            return ("array", value.shape, value.dtype.str, hashlib.sha1(value.tobytes()).hexdigest())
+        if isinstance(value, str):
+            return value.replace(curve_id, "C")
+        if isinstance(value, dict) or hasattr(value, "items"):
+            return tuple(sorted((str(k), walk(v, depth + 1)) for k, v in value.items()))
+        if isinstance(value, (list, tuple)):
+            return tuple(walk(v, depth + 1) for v in value)
+        if hasattr(value, "__dict__"):
+            return (type(value).__name__, walk(vars(value), depth + 1))
+        return repr(value)
+
+    held = {key: value for key, value in engine_input.items() if key != "arrival_time"}
+    if "mm_hashes" in held:
+        seen: dict[str, int] = {}
+        held["mm_hashes"] = {
+            kind: [seen.setdefault(h, len(seen)) for h in hashes] for kind, hashes in held["mm_hashes"].items()
+        }
+    return hashlib.sha1(repr(walk(held)).encode()).hexdigest()
+
+
+def ab_rows(args: argparse.Namespace, build, process) -> dict:
+    """Each `--ab` row in turn, `--repeats` rounds in alternating order, one thread: every row
+    processes the same episodes (new item ids per row, so nothing is a hit across rows). Per row
+    the median render ms per curve and by kind of point; and how many engine inputs every row
+    produced alike (input_digest), which must be all of them."""
+    import torch
+
+    from reward_server.engines import vllm_cache_hits
+
+    names = [name.strip() for name in args.ab.split(",")]
+    unknown = [name for name in names if name not in AB_ROWS]
+    if unknown:
+        raise SystemExit(f"--ab: unknown rows {unknown}; allowed {', '.join(AB_ROWS)}")
+    threads = torch.get_num_threads()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    kinds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    same = compared = 0
+    for round_ in range(args.repeats):
+        seeds = range(1000 * (round_ + 1), 1000 * (round_ + 1) + args.episodes + 1)
+        digests: dict[str, list[str]] = {}
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            skip, torch_threads = AB_ROWS[name]
+            (vllm_cache_hits.install if skip else vllm_cache_hits.uninstall)()
+            torch.set_num_threads(torch_threads or threads)
+            episodes = build(seeds, tag=f"-{name}-{round_}")
+            digests[name] = []
+            for index, episode in enumerate(episodes):
+                inputs: list = []
+                _prepare_ms, render_ms, _prompt, by_kind = process(episode, inputs)
+                curve_id = f"curve{seeds[index]}-{name}-{round_}"
+                digests[name].extend(input_digest(i, curve_id) for i in inputs)
+                if index:  # the first one pays one-time costs: not counted
+                    times[name].append(render_ms)
+                    kinds[name].append(by_kind)
+        torch.set_num_threads(threads)
+        for row in zip(*digests.values(), strict=True):
+            compared += 1
+            same += len(set(row)) == 1
+    return {
+        "episodes": args.episodes,
+        "frames": args.frames,
+        "size": args.size,
+        "raw_pixels": args.raw_pixels,
+        "points": args.points,
+        "rounds": args.repeats,
+        "rows": {
+            name: {
+                "render_ms_median": round(statistics.median(times[name]), 2),
+                "render_ms_by_point_kind": {
+                    kind: round(statistics.median(k.get(kind, 0.0) for k in kinds[name]), 2)
+                    for kind in ("longest", "tail", "shared")
+                },
+            }
+            for name in names
+        },
+        "engine_inputs_compared": compared,
+        "engine_inputs_alike": same,
+    }
 
 
 async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dict:
@@ -284,7 +394,12 @@ def main() -> None:
         type=lambda text: [int(t) for t in text.split(",")],
         help="the whole batch at once through an input pool of each of these thread counts (e.g. 2,4,8)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="--concurrent: batches per row")
+    parser.add_argument("--repeats", type=int, default=3, help="--concurrent: batches per row; --ab: rounds")
+    parser.add_argument(
+        "--ab",
+        help=f"rows side by side on one thread, in turn, the same episodes: some of {', '.join(AB_ROWS)} "
+        "(skip/call: vllm_cache_hits on or off; _tN: the server's torch threads)",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument(
         "--engine-flags",

@@ -54,6 +54,8 @@ from reward_server.engines.base import (
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
+from reward_server.engines.vllm_cache_hits import OPTION as CACHE_HITS
+from reward_server.engines.vllm_cache_hits import install as skip_cached_hf_calls
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
@@ -369,6 +371,7 @@ class VllmEngine(Engine):
                 kwargs[key] = value
         ours = {
             INPUT_THREADS,
+            CACHE_HITS,
             THREADS,
             SWITCH_MS,
             OPTION,
@@ -519,6 +522,8 @@ class VllmEngine(Engine):
             args,
             stat_loggers=[_running_tracker(self.stats, self.config.options.get(STEP_LOG))],
         )
+        if bool(option_value(self.config.options.get(CACHE_HITS, True))):  # before the first request's inputs
+            logger.info("%s", skip_cached_hf_calls())
         self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
         if self._pixel_dtype is not None:
             logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)

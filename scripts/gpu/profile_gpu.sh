@@ -30,9 +30,9 @@
 #            engine without the HTTP layer: the curves K = 1 and 16 (FEED_POINTS) through the server's
 #            path against every input processed first and all handed to vLLM at once
 #            (scripts/bench_curve_feed.py, FEED_REPEATS, default 3): is the batch held back by its feed.
-# input_cost: one input thread's processing per 16-point curve here, nothing else running, then under
-#            cProfile (scripts/bench_input_processing.py --points 16 --raw-pixels [--top 30]): the host
-#            and vLLM's version against the CPU machine's numbers.
+# input_cost: one input thread's processing per 16-point curve here, nothing else running
+#            (scripts/bench_input_processing.py --points 16 --raw-pixels --ab INPUT_ROWS): the host and
+#            vLLM's version against the CPU machine's numbers, settings of the input side side by side.
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
 #            "NAME=VALUE ..." with that environment) on
@@ -233,16 +233,16 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     ;;
   input_cost)
     # one input thread's processing per 16-point curve on this host with nothing else running
-    # (scripts/bench_input_processing.py, as on the CPU machine): a feed slower here than there comes
-    # from the host or vLLM's version, not from what runs beside it in the server. Then the same
-    # under cProfile, its costliest functions by the time inside them.
+    # (scripts/bench_input_processing.py --ab, as on the CPU machine): a request whose items are all
+    # cached with and without its HF processor call (vllm_cache_hits), and with the server's torch
+    # threads at 2 and 4 (the engine sets 1 on GPUs), the rows in turn on the same episodes; every
+    # engine input must come out the same in every row. INPUT_ROWS, INPUT_ROUNDS to choose.
     flags="--dtype bfloat16 --max-model-len 8192 --enforce-eager --gpu-memory-utilization 0.5"
     python3 scripts/bench_input_processing.py --model-path $CKPT --episodes 16 --points 16 --raw-pixels \
-      --engine-flags "$flags" --out "$RES/input_curve.json" >"$RES/input_curve.log" 2>&1 || tail -20 "$RES/input_curve.log"
-    python3 scripts/bench_input_processing.py --model-path $CKPT --episodes 8 --points 16 --raw-pixels --top 30 \
-      --engine-flags "$flags" --out "$RES/input_curve_top.json" >"$RES/input_curve_top.log" 2>&1 || tail -20 "$RES/input_curve_top.log"
-    python3 -c "import json,sys; [print(k, json.load(open(k)).get('render_ms_median')) for k in sys.argv[1:]]" "$RES"/input_curve*.json
-    rm -f "$RES"/input_curve*.log
+      --ab "${INPUT_ROWS:-skip,call,skip_t2,skip_t4}" --repeats "${INPUT_ROUNDS:-4}" --engine-flags "$flags" \
+      --out "$RES/input_ab.json" >"$RES/input_ab.log" 2>&1 || tail -20 "$RES/input_ab.log"
+    [ -f "$RES/input_ab.json" ] && cat "$RES/input_ab.json"
+    rm -f "$RES/input_ab.log"
     ;;
   ab)
     IFS=';' read -r -a rows <<<"${AB_ROWS:?name=flags;name=flags...}"
