@@ -4,16 +4,22 @@ after another on one thread.
 
     python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
         [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15] [--profile-out FILE]
-        [--concurrent 2,4,8 [--repeats 3]] [--out FILE] [--engine-flags "SERVER FLAGS"]
+        [--concurrent 2,4,8 [--repeats 3]] [--ab skip,call,skip_t4 [--repeats 4]] [--out FILE]
+        [--engine-flags "SERVER FLAGS"]
 
 Episodes take the server's path after the body is read: synthetic frames resized onto the grid
 (`prepare_raw`), the profile's prompt, `VllmEngine.prepare`, then the timed render. The model is
 not run, so a tiny checkpoint with the 7B's processor measures what a 7B server's input threads
 do. `--raw-pixels` asks for uint8 patches, as the GPU default does (vllm_pixel_norm). `--top N`
 adds cProfile's N costliest functions over all of them, by their own time and by the time
-inside them; `--profile-out` writes the
-whole profile for `pstats` (cumulative times). Prints JSON (and writes it to
-`--out`; vLLM's own log goes to stdout too).
+inside them; `--profile-out` writes the whole profile for `pstats` (cumulative times). Prints
+JSON (and writes it to `--out`; vLLM's own log goes to stdout too).
+
+`--ab ROWS` runs settings of the input side in turn on one thread, `--repeats` rounds in
+alternating order, every row on the same episodes: `skip` and `call` (vllm_cache_hits on and
+off), `_tN` the server's torch threads. Each row's engine inputs are digested (token ids,
+placeholders, tensors' bytes), and `engine_inputs_alike` counts those every row produced the
+same: a setting that changes what reaches the engine shows there.
 
 `--concurrent T1,T2,...` measures what the server does with a whole batch instead: all the episodes
 (or curves) at once through the engine's input pool of T threads (`preprocess_threads`), each
