@@ -143,11 +143,7 @@ async def run(args: argparse.Namespace) -> dict:
             times.append(render_ms)
             kinds.append(by_kind)
         result = {
-            "episodes": args.episodes,
-            "frames": args.frames,
-            "size": args.size,
-            "raw_pixels": args.raw_pixels,
-            "points": args.points,
+            **batch_shape(args),
             "prompt_tokens": len(prompt.get("prompt_token_ids") or ()),
             "prepare_ms_median": round(statistics.median(prepares), 2),
             "render_ms_median": round(statistics.median(times), 2),
@@ -162,29 +158,33 @@ async def run(args: argparse.Namespace) -> dict:
             profiler.dump_stats(args.profile_out)
         if profiler and args.top:
             stats = pstats.Stats(profiler)
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[: args.top]
-            result["top_own_ms_per_episode"] = [
-                {
-                    "function": f"{path.rsplit('site-packages/', 1)[-1]}:{line} {name}",
-                    "own_ms": round(tt * 1000 / len(times), 3),
-                    "calls": nc // len(times),
-                }
-                for (path, line, name), (_cc, nc, tt, _ct, _callers) in rows
-            ]
+            result["top_own_ms_per_episode"] = top_functions(stats, args.top, len(times), "own")
             # and by the time spent inside each (callees included): where two vLLM versions or two
             # hosts differ, whatever the functions are called there
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)[: args.top]
-            result["top_cumulative_ms_per_episode"] = [
-                {
-                    "function": f"{path.rsplit('site-packages/', 1)[-1]}:{line} {name}",
-                    "cumulative_ms": round(ct * 1000 / len(times), 3),
-                    "calls": nc // len(times),
-                }
-                for (path, line, name), (_cc, nc, _tt, ct, _callers) in rows
-            ]
+            result["top_cumulative_ms_per_episode"] = top_functions(stats, args.top, len(times), "cumulative")
         return result
     finally:
         await engine.shutdown()
+
+
+def batch_shape(args: argparse.Namespace) -> dict:
+    """What every result names: the episodes and their frames, raw pixels or not, points."""
+    return {k: getattr(args, k) for k in ("episodes", "frames", "size", "raw_pixels", "points")}
+
+
+def top_functions(stats: pstats.Stats, count: int, episodes: int, by: str) -> list[dict]:
+    """cProfile's `count` costliest functions by their own time (`by` "own") or the time inside
+    them ("cumulative"), per episode."""
+    column = 2 if by == "own" else 3  # pstats' (calls, calls, own time, cumulative time, callers)
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][column], reverse=True)[:count]  # type: ignore[attr-defined]
+    return [
+        {
+            "function": f"{path.rsplit('site-packages/', 1)[-1]}:{line} {name}",
+            f"{by}_ms": round(times[column] * 1000 / episodes, 3),
+            "calls": times[1] // episodes,
+        }
+        for (path, line, name), times in rows
+    ]
 
 
 # `--ab` rows: whether a request whose items are all cached calls the HF processor (vllm_cache_hits),
@@ -268,11 +268,7 @@ def ab_rows(args: argparse.Namespace, build, process) -> dict:
             compared += 1
             same += len(set(row)) == 1
     return {
-        "episodes": args.episodes,
-        "frames": args.frames,
-        "size": args.size,
-        "raw_pixels": args.raw_pixels,
-        "points": args.points,
+        **batch_shape(args),
         "rounds": args.repeats,
         "rows": {
             name: {
@@ -369,11 +365,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
             )
             logging.getLogger(__name__).info("%s", rows[-1])
     return {
-        "episodes": args.episodes,
-        "frames": args.frames,
-        "size": args.size,
-        "raw_pixels": args.raw_pixels,
-        "points": args.points,
+        **batch_shape(args),
         "repeats": args.repeats,
         "rows": rows,
     }
