@@ -25,10 +25,7 @@ skip_cached_hf_call=false` leaves vLLM as it is.
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 OPTION = "skip_cached_hf_call"
 METHOD = "_apply_hf_processor_mm_only"
