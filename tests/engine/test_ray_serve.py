@@ -83,9 +83,11 @@ def ray_server(tiny_checkpoint, tmp_path):
 def test_two_replicas_serve_and_survive_the_loss_of_one(ray_server):
     url, ray = ray_server
     single = httpx.post(f"{url}/score", json=body(0), timeout=120)
-    assert single.status_code == 200 and single.json()["parse_status"] == "logprob"
+    assert single.status_code == 200, (single.headers.get(REPLICA), single.text[:2000])
+    assert single.json()["parse_status"] == "logprob"
     batch = httpx.post(f"{url}/score/batch", json={"requests": [body(i) for i in range(4)]}, timeout=120)
-    assert batch.status_code == 200 and all(item["response"] for item in batch.json()["results"])
+    assert batch.status_code == 200, (batch.headers.get(REPLICA), batch.text[:2000])
+    assert all(item["response"] for item in batch.json()["results"])
 
     # both replicas answer before one dies (concurrent requests spread over them)
     before: set[str] = {single.headers[REPLICA], batch.headers[REPLICA]}
