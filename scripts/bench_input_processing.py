@@ -212,7 +212,7 @@ def input_digest(engine_input: dict, curve_id: str) -> str:
             return ("array", value.shape, value.dtype.str, hashlib.sha1(value.tobytes()).hexdigest())
         if isinstance(value, str):
             return value.replace(curve_id, "C")
-        if isinstance(value, dict) or hasattr(value, "items"):
+        if hasattr(value, "items"):  # dicts and vLLM's mappings
             return tuple(sorted((str(k), walk(v, depth + 1)) for k, v in value.items()))
         if isinstance(value, (list, tuple)):
             return tuple(walk(v, depth + 1) for v in value)

@@ -32,12 +32,17 @@ METHOD = "_apply_hf_processor_mm_only"
 _MARK = "_reward_skips_empty"
 
 
+def _vllm_processor() -> Any:
+    from vllm.multimodal.processing.processor import BaseMultiModalProcessor
+
+    return BaseMultiModalProcessor
+
+
 def install(processor_cls: Any = None) -> str:
     """Wrap vLLM's `_apply_hf_processor_mm_only` (on `processor_cls`, vLLM's
     BaseMultiModalProcessor by default) to skip the HF processor when no item is left; what was
     done, for the log."""
-    if processor_cls is None:
-        from vllm.multimodal.processing.processor import BaseMultiModalProcessor as processor_cls
+    processor_cls = processor_cls or _vllm_processor()
     original = getattr(processor_cls, METHOD, None)
     if original is None:
         return "vLLM calls no HF processor for a request whose items are all cached: nothing to change"
@@ -59,8 +64,7 @@ def install(processor_cls: Any = None) -> str:
 
 def uninstall(processor_cls: Any = None) -> None:
     """Undo install (for comparing both ways in one process)."""
-    if processor_cls is None:
-        from vllm.multimodal.processing.processor import BaseMultiModalProcessor as processor_cls
+    processor_cls = processor_cls or _vllm_processor()
     current = getattr(processor_cls, METHOD, None)
     if current is not None and getattr(current, _MARK, False):
         setattr(processor_cls, METHOD, current.__wrapped__)
