@@ -17,8 +17,11 @@ transformers' fast processors compute. The tower then casts it to the model's dt
 it receives the same numbers. The engine checks that claim once at start on the CPU
 (`check_exact`: a probe video and image through the processor both ways, compared bit for bit);
 if it fails, or the image and video processors disagree on their constants, this stays off with
-the reason logged. Skipped in the worker, with the reason, when the encoder runs in CUDA graphs
-(their replays copy pixels past the wrapper) or vLLM's tower normalizes uint8 itself.
+the reason logged. Skipped in the worker, with the reason, when vLLM's tower normalizes uint8 itself.
+Where vLLM runs the encoder in CUDA graphs (`cudagraph_mm_encoder`), a replay copies the pixels into
+its captured buffer without calling the tower's forward; the model's
+`prepare_encoder_cudagraph_replay_buffers`, which hands those pixels over, is wrapped the same way,
+so a replay receives the same numbers as the tower's own call.
 
 Measured on H200s (vLLM 0.24, 7B shapes, 64 episodes of 16 frames at 256x256; the hook path,
 docs/bench/h200_2026-11-27_issue40_round4/, rows side by side on one machine): input processing
@@ -153,7 +156,28 @@ def wrap_vision_tower(model: Any, constants: Constants) -> dict[str, Any]:
 
     visual.forward = forward
     setattr(visual, _MARK, True)
-    return {"wrapped": True}
+    replays = _wrap_graph_replays(model, normalization)
+    return {"wrapped": True, **({"graph_replays": True} if replays else {})}
+
+
+def _wrap_graph_replays(model: Any, normalization: Normalization) -> bool:
+    """Normalize the uint8 pixels the model hands to its encoder's CUDA-graph replays (vLLM's
+    `prepare_encoder_cudagraph_replay_buffers`, where it has one); False where it has none."""
+    original = getattr(model, "prepare_encoder_cudagraph_replay_buffers", None)
+    if original is None:
+        return False
+
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        replay = original(*args, **kwargs)
+        values = getattr(replay, "values", None)
+        x = values.get("pixel_values") if isinstance(values, dict) else None
+        if x is not None and str(x.dtype) == "torch.uint8":
+            # the replay copies this into its buffer of the model's dtype: the cast the tower makes
+            values["pixel_values"] = normalization(x.to(device=normalization.sub.device))
+        return replay
+
+    model.prepare_encoder_cudagraph_replay_buffers = prepare
+    return True
 
 
 class PixelNormalization:
@@ -161,10 +185,6 @@ class PixelNormalization:
 
     def reward_normalize_on_device(self, sub: list[float], div: list[float]) -> dict[str, Any]:
         runner = getattr(self, "model_runner", None)
-        compilation = getattr(getattr(runner, "vllm_config", None), "compilation_config", None)
-        if getattr(compilation, "cudagraph_mm_encoder", False):
-            # its replays copy the pixels into a captured buffer of the model's dtype, past the wrapper
-            return {"wrapped": False, "skipped": "the vision encoder runs in CUDA graphs"}
         model = runner.get_model() if runner is not None and hasattr(runner, "get_model") else None
         done = wrap_vision_tower(model, (sub, div))
         if done.get("skipped"):

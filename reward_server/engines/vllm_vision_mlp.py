@@ -16,8 +16,9 @@ own slice: gate and up halves stay paired per worker.
 Skipped, with the reason logged: quantized layers (their weights are not plain tensors), vLLM on
 CPUs (it repacks linear weights for its own GEMM), and an encoder that vLLM compiled
 (`--compile-mm-encoder`): its graphs are traced with the weights' shapes, and Inductor pads
-misaligned GEMMs itself. `--engine-option vision_mlp_align=true|false` decides; the default is on
-on GPUs.
+misaligned GEMMs itself, and an encoder in vLLM's CUDA graphs (`cudagraph_mm_encoder`): they are
+captured before this runs, on the weights as loaded, and a replay would read the storage the padding
+replaced. `--engine-option vision_mlp_align=true|false` decides; the default is on on GPUs.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ class VisionMlpAlignment:
         compilation = getattr(getattr(runner, "vllm_config", None), "compilation_config", None)
         if getattr(compilation, "compile_mm_encoder", False):
             return {"padded": 0, "skipped": "the vision encoder is compiled (Inductor aligns its GEMMs)"}
+        if getattr(compilation, "cudagraph_mm_encoder", False):
+            # the graphs were captured at start, before this call, on the weights' storage: new
+            # tensors now would leave every replay reading the old, freed storage
+            return {"padded": 0, "skipped": "the vision encoder runs in CUDA graphs captured on its unpadded weights"}
         model = runner.get_model() if runner is not None and hasattr(runner, "get_model") else None
         done = align_vision_mlps(model)
         if done.get("skipped"):

@@ -83,3 +83,35 @@ def test_a_tower_that_normalizes_itself_is_left_alone(processor):
     done = wrap_vision_tower(types.SimpleNamespace(visual=tower), processor_constants(processor))
     assert done["wrapped"] is False and "itself" in done["skipped"]
     assert wrap_vision_tower(types.SimpleNamespace(), ([0.0], [1.0]))["wrapped"] is False
+
+
+class _GraphedModel:
+    """Stands in for a vLLM model whose encoder runs in CUDA graphs (a GPU-only path): the replay
+    copies what `prepare_encoder_cudagraph_replay_buffers` hands over into its buffer of the
+    model's dtype, without calling the tower's forward (vLLM 0.24's EncoderCudaGraphManager)."""
+
+    def __init__(self):
+        self.visual = _Tower()
+        self.buffer = torch.zeros(8, 3 * 392, dtype=torch.bfloat16)
+
+    def prepare_encoder_cudagraph_replay_buffers(self, mm_kwargs, max_batch_size, max_frames, path="default"):
+        return types.SimpleNamespace(values={"pixel_values": mm_kwargs["pixel_values_videos"], "cu_seqlens": None})
+
+    def replay(self, mm_kwargs):
+        values = self.prepare_encoder_cudagraph_replay_buffers(mm_kwargs, 8, 64).values
+        x = values["pixel_values"]
+        self.buffer.zero_()
+        self.buffer[: x.shape[0]].copy_(x)  # vLLM's padding copy into the captured buffer
+        return self.buffer[: x.shape[0]]
+
+
+def test_graph_replays_get_the_numbers_the_towers_own_call_gets(processor):
+    constants = processor_constants(processor)
+    model = _GraphedModel()
+    assert wrap_vision_tower(model, constants) == {"wrapped": True, "graph_replays": True}
+    raw = torch.randint(0, 256, (4, 3 * 392), dtype=torch.uint8)
+    replayed = model.replay({"pixel_values_videos": raw})
+    assert torch.equal(replayed, model.visual(raw, None)[0])  # the eager path, through the tower
+    assert torch.equal(replayed, normalize(raw, constants).to(torch.bfloat16))
+    floats = torch.randn(4, 3 * 392)  # a processor that normalized already: passed through
+    assert torch.equal(model.replay({"pixel_values_videos": floats}), floats.to(torch.bfloat16))

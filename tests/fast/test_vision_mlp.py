@@ -5,6 +5,8 @@ vLLM path is tests/engine/test_vision_mlp_align.py."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from reward_server.engines.vllm_vision_mlp import align_vision_mlps, pad_mlp
@@ -68,3 +70,24 @@ def test_each_tensor_parallel_slice_padded_on_its_own_sums_to_the_same():
         assert pad_mlp(local_gate_up, local_down) and local_down.weight.shape == (hidden, 64)
         total += _forward(local_gate_up, local_down, x)
     assert torch.allclose(total, whole, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("switch", "why"), [("compile_mm_encoder", "compiled"), ("cudagraph_mm_encoder", "CUDA graphs")]
+)
+def test_an_encoder_vllm_compiled_or_captured_is_left_unpadded(switch, why):
+    """Graphs are captured at engine start on the weights as loaded; padding after that would leave
+    their replays reading the storage the padding replaced, so the worker refuses and says why."""
+    from vllm.config import CompilationConfig
+
+    from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
+
+    gate_up, down = _mlp(hidden=40, width=100)
+    block = types.SimpleNamespace(mlp=types.SimpleNamespace(gate_up_proj=gate_up, down_proj=down))
+    model = types.SimpleNamespace(visual=types.SimpleNamespace(blocks=[block]))
+    config = types.SimpleNamespace(compilation_config=CompilationConfig(**{switch: True}))
+    worker = VisionMlpAlignment()
+    worker.model_runner = types.SimpleNamespace(vllm_config=config, get_model=lambda: model)
+    done = worker.reward_align_vision_mlp()
+    assert done["padded"] == 0 and why in done["skipped"]
+    assert down.weight.shape == (40, 100)
