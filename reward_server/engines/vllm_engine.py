@@ -59,8 +59,6 @@ from reward_server.engines.vllm_cache_hits import install as skip_cached_hf_call
 from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
-from reward_server.engines.vllm_encoder_graphs import METHOD as GRAPHS_METHOD
-from reward_server.engines.vllm_encoder_graphs import OPTION as GRAPHS
 from reward_server.engines.vllm_heap import METHOD as FREEZE_METHOD
 from reward_server.engines.vllm_heap import OPTION as FREEZE
 from reward_server.engines.vllm_options import check_supported
@@ -98,7 +96,6 @@ WORKER_DONE = {
     ALIGN_METHOD: "vision MLP width aligned",
     NORM_METHOD: "pixels normalized on the device",
     TIMING_METHOD: "steps timed",
-    GRAPHS_METHOD: "encoder CUDA graphs for the steps one graph holds",
 }
 
 
@@ -381,7 +378,6 @@ class VllmEngine(Engine):
             STEP_LOG,
             TIMING,
             BATCHING,
-            GRAPHS,
             ALIGN,
             PIXEL_DTYPE,
             NORM,
@@ -417,15 +413,6 @@ class VllmEngine(Engine):
         (engines/vllm_encoder_batching.py; PRIMO-R1's prefill 2x faster on an H200)."""
         return self._on_gpus_unless(BATCHING)
 
-    def encoder_graphs(self) -> str:
-        """`--engine-option encoder_graphs=all|small` (vllm_encoder_graphs): with vLLM's encoder CUDA
-        graphs on, whether every step's encoder runs in them (vLLM's way, the default) or only the
-        steps one graph holds."""
-        value = str(self.config.options.get(GRAPHS, "all"))
-        if value not in ("all", "small"):
-            raise ValueError(f"--engine-option {GRAPHS}={value}: allowed are all (vLLM's way) and small")
-        return value
-
     def vision_mlp_aligned(self) -> bool:
         """Whether the vision tower's MLP is padded to an aligned width (engines/vllm_vision_mlp.py)."""
         return self._on_gpus_unless(ALIGN)
@@ -440,7 +427,6 @@ class VllmEngine(Engine):
             (self.vision_mlp_aligned(), ALIGN_METHOD),
             (self.normalizes_on_device(), NORM_METHOD),
             (bool(self.config.options.get(TIMING)), TIMING_METHOD),
-            (self.encoder_graphs() == "small", GRAPHS_METHOD),
         )
         return [method for on, method in wanted if on]
 
