@@ -11,8 +11,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from reward_client.protocol import MAX_VIEWS
+from reward_client.frames import FrameSpec
+from reward_client.protocol import DEFAULT_MAX_PIXELS, MAX_VIEWS
 from reward_server.engines import Engine, EngineConfig, load_engine
+from reward_server.engines.vllm_options import with_encoder_graph_sizes
 from reward_server.profiles import Profile, SamplingDefaults, canonical_backend, load_profile
 from reward_server.settings import ServerSettings
 
@@ -57,8 +59,19 @@ def build_profile(settings: ServerSettings) -> Profile:
     )
 
 
+def episode_tokens(settings: ServerSettings, spec: FrameSpec) -> tuple[int, int]:
+    """(merged tokens, time slices) of one episode of the warm-up's shape (`--warmup-frames` square
+    frames of `--warmup-size`), fitted onto the model's grid as the server fits real episodes."""
+    height, width = spec.fit_size(settings.warmup_size, settings.warmup_size, DEFAULT_MAX_PIXELS)
+    slices = spec.frame_count(settings.warmup_frames) // spec.temporal_factor
+    return slices * (height // spec.pixel_factor) * (width // spec.pixel_factor), slices
+
+
 def engine_config(settings: ServerSettings) -> EngineConfig:
     backend = canonical_backend(settings.backend)
+    options = settings.engine_options()
+    if settings.engine == "vllm":  # the encoder's CUDA graphs captured at the episodes' size
+        options = with_encoder_graph_sizes(options, *episode_tokens(settings, load_profile(backend).frame_spec))
     return EngineConfig(
         model_path=settings.model_path or "",
         dtype=settings.dtype,
@@ -79,7 +92,7 @@ def engine_config(settings: ServerSettings) -> EngineConfig:
         max_images=settings.max_images_per_request,
         # videos per prompt: a progress curve's clips (one per point), or an episode's camera views
         max_videos=max(settings.max_progress_points, MAX_VIEWS),
-        options=settings.engine_options(),
+        options=options,
     )
 
 

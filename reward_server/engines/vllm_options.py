@@ -6,11 +6,17 @@ installed vLLM before an engine is built.
   fidelity against bf16 (`python -m reward_tools.fidelity`) before training on them.
 - `--compile-mm-encoder` / `--cudagraph-mm-encoder`: vLLM's compilation-config switches that
   torch.compile the vision encoder and capture it in CUDA graphs (newer vLLM releases only).
-  The CUDA-graph switch crashes vLLM 0.24 on Qwen2.5-VL video at the first batch: it sizes the
-  graphs' frame buffers from its largest-frame video, and a batch of small 16-frame episodes holds
-  more frames. With `encoder_cudagraph_max_frames_per_batch` raised in `compilation_config` it
-  runs, but slower on an H200 (docs/bench/h200_2026-11-27_issue40_round4/), so no preset or
-  benchmark default turns it on.
+  vLLM sizes the encoder's graphs from the model's largest input: power-of-two token budgets and,
+  for video, frame buffers for its longest video. Our episodes are short videos of one size: vLLM
+  0.24 crashed on a step of more 16-frame episodes than those buffers held, and with them raised
+  every step ran padded to the next power of two, slower (an H200, docs/bench/
+  h200_2026-11-27_issue40_round4/). So where the compilation config names none of the graphs'
+  sizes, `--cudagraph-mm-encoder` captures them at the server's episode, the warm-up's
+  (`--warmup-frames`, `--warmup-size`): budgets of 1 to 8 episodes' tokens, 8 items and their
+  time slices a graph (`encoder_graph_sizes`). vLLM packs a step's items into as few replays as
+  fit, so a step of whole episodes runs unpadded. With `--compile-mm-encoder` on one H200 the hook
+  path's K = 1 took 1.58-1.60 s against 1.58-1.63 s, its front (before the GPU's first step) half
+  as long, 63 and 64 of 64 greedy answers the same (docs/bench/h200_2026-11-29_issue40_round13/).
 
 Each flag becomes the engine option vLLM's `AsyncEngineArgs` takes (`quantization`,
 `kv_cache_dtype`, `compilation_config`), merged with what `--engine-option` says; giving the same
@@ -25,6 +31,13 @@ import typing
 from typing import Any
 
 ENCODER_SWITCHES = ("compile_mm_encoder", "cudagraph_mm_encoder")
+# vLLM's names for the encoder graphs' sizes; any one given and we fill in none
+GRAPH_SIZES = (
+    "encoder_cudagraph_token_budgets",
+    "encoder_cudagraph_max_vision_items_per_batch",
+    "encoder_cudagraph_max_frames_per_batch",
+)
+GRAPH_EPISODES = 8  # episodes one encoder graph holds: a step's first replays, then 8 at a time
 
 
 class UnsupportedByVllm(ValueError):
@@ -65,6 +78,38 @@ def flag_options(
         compilation.update(switches)
         options["compilation_config"] = json.dumps(compilation)
     return options
+
+
+def encoder_graph_sizes(tokens: int, time_slices: int, episodes: int = GRAPH_EPISODES) -> dict[str, Any]:
+    """vLLM's encoder-graph sizes for items of `tokens` merged tokens in `time_slices` slices each:
+    a budget per whole number of them up to `episodes`, as many items a graph (vLLM needs no more
+    items than its smallest budget's tokens) and their slices (one attention sequence each)."""
+    if tokens < 1 or time_slices < 1:
+        raise ValueError(f"an episode of {tokens} tokens in {time_slices} time slices has no encoder graph size")
+    items = min(episodes, tokens)
+    return {
+        "encoder_cudagraph_token_budgets": [k * tokens for k in range(1, items + 1)],
+        "encoder_cudagraph_max_vision_items_per_batch": items,
+        "encoder_cudagraph_max_frames_per_batch": items * time_slices,
+    }
+
+
+def with_encoder_graph_sizes(options: dict[str, str], tokens: int, time_slices: int) -> dict[str, str]:
+    """`options` with the encoder graphs sized for one episode shape (`encoder_graph_sizes`) where
+    `compilation_config` turns them on and names none of their sizes; else as they are."""
+    raw = options.get("compilation_config")
+    if raw is None:
+        return options
+    try:
+        compilation = json.loads(raw)
+    except ValueError:
+        return options  # not ours to judge here: vLLM refuses it at engine start
+    if not isinstance(compilation, dict) or not compilation.get("cudagraph_mm_encoder"):
+        return options
+    if any(name in compilation for name in GRAPH_SIZES):
+        return options
+    compilation.update(encoder_graph_sizes(tokens, time_slices))
+    return {**options, "compilation_config": json.dumps(compilation)}
 
 
 def _vllm_version() -> str:

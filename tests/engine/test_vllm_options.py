@@ -17,7 +17,14 @@ def test_the_installed_vllm_is_asked_what_it_supports():
 
     kwargs = VllmEngine(engine_config(cli.parse_settings([*FLAGS, "--model-path", "/m"]))).engine_kwargs()
     assert kwargs["quantization"] == "fp8" and kwargs["kv_cache_dtype"] == "fp8"
-    assert kwargs["compilation_config"] == {"compile_mm_encoder": True, "cudagraph_mm_encoder": True}
+    compilation = kwargs["compilation_config"]
+    assert compilation["compile_mm_encoder"] and compilation["cudagraph_mm_encoder"]
+    # the graphs' sizes for the server's episode are ones the installed vLLM takes
+    from vllm.config import CompilationConfig
+
+    taken = CompilationConfig(**compilation)
+    assert taken.encoder_cudagraph_token_budgets == [648 * k for k in range(1, 9)]
+    assert taken.encoder_cudagraph_max_frames_per_batch == 64
     for argv, message in (
         (["--quantization", "fp9"], "--quantization 'fp9': vLLM .* knows .*fp8"),
         (["--kv-cache-dtype", "int3"], "--kv-cache-dtype 'int3': vLLM .* knows .*fp8_e4m3"),

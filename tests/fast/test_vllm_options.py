@@ -17,7 +17,8 @@ def test_flags_become_engine_options_merged_with_explicit_ones():
     s = cli.parse_settings([*FLAGS, "--engine-option", 'compilation_config={"mode": 3}'])
     options = engine_config(s).options
     assert options["quantization"] == "fp8" and options["kv_cache_dtype"] == "fp8"
-    assert json.loads(options["compilation_config"]) == {
+    compilation = json.loads(options["compilation_config"])
+    assert {k: compilation[k] for k in ("mode", "compile_mm_encoder", "cudagraph_mm_encoder")} == {
         "mode": 3,
         "compile_mm_encoder": True,
         "cudagraph_mm_encoder": True,
@@ -40,3 +41,38 @@ def test_flags_that_cannot_apply_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
         cli.parse_settings(argv)
     assert message in capsys.readouterr().err
+
+
+def _graph_sizes(argv):
+    compilation = json.loads(engine_config(cli.parse_settings(argv)).options["compilation_config"])
+    return {k: v for k, v in compilation.items() if k.startswith("encoder_cudagraph")}
+
+
+@pytest.mark.parametrize(
+    ("shape", "tokens", "items", "slices"),
+    [
+        ([], 648, 8, 8),  # the default episode: 16 frames of 256x256 -> 252x252, 8 slices of 9x9 tokens
+        (["--warmup-frames", "8", "--warmup-size", "224"], 256, 8, 4),  # 4 slices of 8x8
+        (["--warmup-frames", "3", "--warmup-size", "56"], 8, 8, 2),  # 3 frames padded to 4: 2 slices of 2x2
+        (["--warmup-frames", "2", "--warmup-size", "56"], 4, 4, 1),  # vLLM: no more items than 4 tokens
+    ],
+)
+def test_encoder_graphs_are_sized_for_the_servers_episode(shape, tokens, items, slices):
+    """vLLM sizes its encoder graphs for the model's largest input, which crashed vLLM 0.24 on a
+    step of many short videos (and, raised, padded every step); the server sizes them for its episode
+    (the warm-up's shape), so whole episodes replay unpadded."""
+    assert _graph_sizes(["--cudagraph-mm-encoder", *shape]) == {
+        "encoder_cudagraph_token_budgets": [k * tokens for k in range(1, items + 1)],
+        "encoder_cudagraph_max_vision_items_per_batch": items,
+        "encoder_cudagraph_max_frames_per_batch": items * slices,
+    }
+
+
+def test_graph_sizes_the_user_names_are_kept_and_no_graphs_get_none():
+    mine = 'compilation_config={"cudagraph_mm_encoder": true, "encoder_cudagraph_token_budgets": [1024]}'
+    assert _graph_sizes(["--engine-option", mine]) == {"encoder_cudagraph_token_budgets": [1024]}
+    assert _graph_sizes(["--compile-mm-encoder"]) == {}
+    # the same switch given as an engine option is sized too
+    assert _graph_sizes(["--engine-option", 'compilation_config={"cudagraph_mm_encoder": true}'])[
+        "encoder_cudagraph_token_budgets"
+    ][:2] == [648, 1296]
