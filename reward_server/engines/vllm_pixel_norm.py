@@ -172,6 +172,9 @@ def _wrap_graph_replays(model: Any, normalization: Normalization) -> bool:
         values = getattr(replay, "values", None)
         x = values.get("pixel_values") if isinstance(values, dict) else None
         if x is not None and str(x.dtype) == "torch.uint8":
+            if not getattr(model, FIRST_SEEN, False):  # once: the log shows the replays get uint8
+                setattr(model, FIRST_SEEN, True)
+                worker_logger.info("%s for a graph replay: %d uint8 patches, the first", FIRST_LOG, x.shape[0])
             # the replay copies this into its buffer of the model's dtype: the cast the tower makes
             values["pixel_values"] = normalization(x.to(device=normalization.sub.device))
         return replay
