@@ -14,9 +14,10 @@ installed vLLM before an engine is built.
   sizes, `--cudagraph-mm-encoder` captures them at the server's episode, the warm-up's
   (`--warmup-frames`, `--warmup-size`): budgets of 1 to 8 episodes' tokens, 8 items and their
   time slices a graph (`encoder_graph_sizes`). vLLM packs a step's items into as few replays as
-  fit, so a step of whole episodes runs unpadded. With `--compile-mm-encoder` on one H200 the hook
-  path's K = 1 took 1.58-1.60 s against 1.58-1.63 s, its front (before the GPU's first step) half
-  as long, 63 and 64 of 64 greedy answers the same (docs/bench/h200_2026-11-29_issue40_round13/).
+  fit, so a step of whole episodes runs unpadded. With `--compile-mm-encoder`, on two H200s, four
+  servers a side, the hook path's K = 1 took 1.580-1.596 s with the graphs against 1.576-1.625 s
+  without, its front (before the GPU's first step) half as long, and 63 of 64 greedy answers were
+  the same (docs/bench/h200_2026-11-29_issue40_round13/).
 
 Each flag becomes the engine option vLLM's `AsyncEngineArgs` takes (`quantization`,
 `kv_cache_dtype`, `compilation_config`), merged with what `--engine-option` says; giving the same
