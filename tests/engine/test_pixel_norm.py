@@ -21,7 +21,8 @@ from reward_server.profiles import load_profile
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import scores_and_greedy_answers
 
-WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True}]"
+# the tower, and vLLM's encoder-graph replays (this vLLM's model has their buffers' method, as 0.24's)
+WRAPPED = "pixels normalized on the device in vLLM's workers: [{'wrapped': True, 'graph_replays': True}]"
 
 
 def _answers(ours: str, checkpoint: str, video_dir, log_dir) -> tuple[list, str]:
