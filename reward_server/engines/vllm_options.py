@@ -66,19 +66,21 @@ def flag_options(
         if on
     }
     if switches:
-        compilation: dict[str, Any] = {}
-        if "compilation_config" in explicit:
-            try:
-                compilation = json.loads(explicit["compilation_config"])
-            except ValueError:
-                compilation = None  # type: ignore[assignment]
-            if not isinstance(compilation, dict):
-                raise ValueError(
-                    "--engine-option compilation_config must be a JSON object to combine with encoder flags"
-                )
+        compilation = _compilation(explicit) if "compilation_config" in explicit else {}
+        if compilation is None:
+            raise ValueError("--engine-option compilation_config must be a JSON object to combine with encoder flags")
         compilation.update(switches)
         options["compilation_config"] = json.dumps(compilation)
     return options
+
+
+def _compilation(options: dict[str, str]) -> dict[str, Any] | None:
+    """`--engine-option compilation_config` as a dict; None when absent or not a JSON object."""
+    try:
+        compilation = json.loads(options.get("compilation_config", "null"))
+    except ValueError:
+        return None
+    return compilation if isinstance(compilation, dict) else None
 
 
 def encoder_graph_sizes(tokens: int, time_slices: int, episodes: int = GRAPH_EPISODES) -> dict[str, Any]:
@@ -98,14 +100,8 @@ def encoder_graph_sizes(tokens: int, time_slices: int, episodes: int = GRAPH_EPI
 def with_encoder_graph_sizes(options: dict[str, str], tokens: int, time_slices: int) -> dict[str, str]:
     """`options` with the encoder graphs sized for one episode shape (`encoder_graph_sizes`) where
     `compilation_config` turns them on and names none of their sizes; else as they are."""
-    raw = options.get("compilation_config")
-    if raw is None:
-        return options
-    try:
-        compilation = json.loads(raw)
-    except ValueError:
-        return options  # not ours to judge here: vLLM refuses it at engine start
-    if not isinstance(compilation, dict) or not compilation.get("cudagraph_mm_encoder"):
+    compilation = _compilation(options)  # not a JSON object: vLLM refuses it at engine start
+    if compilation is None or not compilation.get("cudagraph_mm_encoder"):
         return options
     if any(name in compilation for name in GRAPH_SIZES):
         return options
