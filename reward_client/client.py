@@ -43,16 +43,28 @@ from typing import TypeVar
 
 import httpcore
 import httpx
-from pydantic import ValidationError
 
-from reward_client import raw_batch
-from reward_client.protocol import (
+from reward_client.answers import (
+    batch_reader,
+    check_batch,
+    check_response,
+    parse_answer,
+    raise_for_answer,
+    score_reader,
+)
+from reward_client.errors import (
+    RewardClientError,
+    RewardProtocolError,
+    RewardRequestError,
+    RewardServerError,
+    RewardUnavailable,
+)
+from reward_protocol import raw_batch
+from reward_protocol.score import (
     DEADLINE_HEADER,
     MAX_BATCH_ITEMS,
     RETRYABLE_STATUSES,
     BatchItem,
-    BatchScoreResponse,
-    ErrorBody,
     HealthResponse,
     ScoreOptions,
     ScoreRequest,
@@ -66,31 +78,19 @@ RETRY_STATUS = RETRYABLE_STATUSES
 HEALTH_TIMEOUT_S = 10.0  # one /health probe; a server that cannot answer it within this is not ready
 T = TypeVar("T")
 
-
-class RewardClientError(RuntimeError):
-    """Base class of everything this client raises."""
-
-
-class RewardRequestError(RewardClientError):
-    """The server refused the request as sent (4xx); retrying cannot help."""
-
-    def __init__(self, status: int, error_type: str, message: str):
-        super().__init__(f"reward server refused the request ({status} {error_type}): {message}")
-        self.status = status
-        self.error_type = error_type
-
-
-class RewardServerError(RewardClientError):
-    """The server failed (500) or answered something that is not the documented schema."""
-
-
-class RewardProtocolError(RewardServerError):
-    """An answer that cannot be right (a faulty server or proxy): not the schema, not one item
-    per episode, a score outside [0, 1]. Counted and retried; raised only inside the client."""
-
-
-class RewardUnavailable(RewardClientError):
-    """No usable answer before the deadline: server down, overloaded, too slow, or answering wrongly."""
+# re-exported: callers import these from here
+__all__ = [
+    "AsyncRewardClient",
+    "RetryPolicy",
+    "RewardClient",
+    "RewardClientError",
+    "RewardProtocolError",
+    "RewardRequestError",
+    "RewardServerError",
+    "RewardUnavailable",
+    "check_batch",
+    "check_response",
+]
 
 
 @dataclass(frozen=True)
@@ -167,64 +167,6 @@ class _Body:
 
 # frames [T, H, W, 3] uint8, several named camera views of them, or a server-side video path
 Episode = tuple[ScoreOptions, raw_batch.Video]
-
-
-# --- answers: read, then checked --------------------------------------------------------------
-
-
-def _raise_for_answer(response: httpx.Response) -> None:
-    if response.status_code < 400:
-        return
-    try:
-        error = ErrorBody.model_validate(response.json()).error
-        kind, message = error.type, error.message
-    except (ValueError, ValidationError):
-        kind, message = "unknown", response.text[:300]
-    if 400 <= response.status_code < 500:
-        raise RewardRequestError(response.status_code, kind, message)
-    raise RewardServerError(f"reward server error {response.status_code} {kind}: {message}")
-
-
-def _parse(model, response: httpx.Response):
-    try:
-        return model.model_validate(response.json())
-    except (ValueError, ValidationError) as exc:
-        raise RewardProtocolError(f"the answer is not the documented schema: {exc}") from None
-
-
-def _check_value(value: float | None, where: str) -> None:
-    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise RewardProtocolError(f"{where} is {value!r}; a score is a finite number in [0, 1] or null")
-
-
-def check_response(response: ScoreResponse, where: str = "the answer") -> ScoreResponse:
-    """A score and curve points that can be rewards (finite, in [0, 1], or null), else RewardProtocolError."""
-    _check_value(response.score, f"{where}'s score")
-    for k, value in enumerate(response.progress or ()):
-        _check_value(value, f"{where}'s progress[{k}]")
-    return response
-
-
-def check_batch(items: Sequence[BatchItem], count: int) -> list[BatchItem]:
-    """The items of a batch answer for `count` episodes, in index order, if they can be right:
-    exactly one per episode (indices 0..count-1, each once), each a response or an error, every
-    score in [0, 1]; else RewardProtocolError saying what was wrong."""
-    if len(items) != count:
-        raise RewardProtocolError(f"the answer has {len(items)} items for {count} episodes")
-    ordered = sorted(items, key=lambda i: i.index)
-    indices = [item.index for item in ordered]
-    if indices != list(range(count)):
-        shown = indices if count <= 8 else [*indices[:8], "..."]
-        raise RewardProtocolError(
-            f"the answer's indices are {shown}; {count} episodes need each of 0..{count - 1} once"
-        )
-    for item in ordered:
-        if (item.response is None) == (item.error is None):
-            what = "neither a response nor an error" if item.response is None else "both a response and an error"
-            raise RewardProtocolError(f"item {item.index} has {what}")
-        if item.response is not None:
-            check_response(item.response, f"item {item.index}")
-    return ordered
 
 
 # --- time: one bound per attempt, on every read and write --------------------------------------
@@ -331,7 +273,7 @@ class _JsonItems:
 
 
 class _RawItems:
-    """(options, frames | video path) pairs as raw batch bodies (reward_client/raw_batch.py)."""
+    """(options, frames | video path) pairs as raw batch bodies (reward_protocol/raw_batch.py)."""
 
     content_type = raw_batch.CONTENT_TYPE
     overhead = raw_batch.PREFIX_BYTES + len(b'{"requests":[]}')
@@ -514,7 +456,7 @@ def _final(response: httpx.Response) -> bool:
     """True if this answer ends the call (success, or an error raised here); False to retry."""
     if response.status_code in RETRY_STATUS:
         return False
-    _raise_for_answer(response)
+    raise_for_answer(response)
     return True
 
 
@@ -555,14 +497,6 @@ class _ItemRetries:
         return [item for item in self.results if item is not None]
 
 
-def _batch_reader(count: int) -> Callable[[httpx.Response], list[BatchItem]]:
-    return lambda response: check_batch(_parse(BatchScoreResponse, response).results, count)
-
-
-def _score_reader(response: httpx.Response) -> ScoreResponse:
-    return check_response(_parse(ScoreResponse, response))
-
-
 def _halves(part: _Part, items: _JsonItems | _RawItems) -> list[_Part]:
     mid = (part.lo + part.hi) // 2
     return [_Part(part.lo, mid, items.body(part.lo, mid)), _Part(mid, part.hi, items.body(mid, part.hi))]
@@ -601,12 +535,12 @@ class RewardClient(_Base):
 
     def score(self, request: ScoreRequest) -> ScoreResponse:
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
-        return self._request("/score", body, _score_reader)
+        return self._request("/score", body, score_reader)
 
     def _batch(self, part: _Part, items: _JsonItems | _RawItems, deadline: float) -> list[BatchItem]:
         """One request's items (indices of the call); a body the server finds too large is halved."""
         try:
-            answer = self._request("/score/batch", part.body, _batch_reader(part.hi - part.lo), deadline)
+            answer = self._request("/score/batch", part.body, batch_reader(part.hi - part.lo), deadline)
         except RewardRequestError as exc:
             if not (_too_large(exc) and part.hi - part.lo > 1):
                 raise
@@ -658,12 +592,12 @@ class RewardClient(_Base):
     def score_episodes(self, episodes: Sequence[Episode], split: bool = True) -> list[BatchItem]:
         """Score many episodes given as (options, frames or server-side video path), in one raw
         batch body per server: frames travel as bytes straight from their arrays (the fastest
-        way to send an episode; see reward_client/raw_batch.py)."""
+        way to send an episode; see reward_protocol/raw_batch.py)."""
         return self._split(episodes, split, _RawItems)
 
     def health(self, url: str | None = None) -> HealthResponse:
         response = self._http.get((url or self._endpoint()) + "/health", timeout=self._timeout(HEALTH_TIMEOUT_S))
-        return self._learned(_parse(HealthResponse, response))
+        return self._learned(parse_answer(HealthResponse, response))
 
     def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
         """Poll /health (each server in turn) until one says ok; raise RewardUnavailable after timeout_s."""
@@ -725,11 +659,11 @@ class AsyncRewardClient(_Base):
 
     async def score(self, request: ScoreRequest) -> ScoreResponse:
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
-        return await self._request("/score", body, _score_reader)
+        return await self._request("/score", body, score_reader)
 
     async def _batch(self, part: _Part, items: _JsonItems | _RawItems, deadline: float) -> list[BatchItem]:
         try:
-            answer = await self._request("/score/batch", part.body, _batch_reader(part.hi - part.lo), deadline)
+            answer = await self._request("/score/batch", part.body, batch_reader(part.hi - part.lo), deadline)
         except RewardRequestError as exc:
             if not (_too_large(exc) and part.hi - part.lo > 1):
                 raise
@@ -781,7 +715,7 @@ class AsyncRewardClient(_Base):
 
     async def health(self, url: str | None = None) -> HealthResponse:
         response = await self._http.get((url or self._endpoint()) + "/health", timeout=self._timeout(HEALTH_TIMEOUT_S))
-        return self._learned(_parse(HealthResponse, response))
+        return self._learned(parse_answer(HealthResponse, response))
 
     async def wait_until_ready(self, timeout_s: float = 600.0, poll_s: float = 1.0) -> HealthResponse:
         deadline = time.monotonic() + timeout_s

@@ -1,7 +1,7 @@
 """Metrics of a judge against labeled episodes (pure functions, numpy only).
 
 One implementation for both places that measure a judge: the live audit inside RLinf's env
-(reward_client.audit, which may import numpy only) and the offline evaluation tool
+(reward_client.rlinf.audit, which may import numpy only) and the offline evaluation tool
 (reward_tools.evaluate). A value that is undefined for the episodes given (AUROC with one
 class missing, the false-positive rate without failures) is None, never a made-up number.
 """

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reward_client.frames import as_uint8
+from reward_protocol.frames import as_uint8
 
 
 def _even(n: int) -> int:
@@ -20,7 +20,7 @@ def _even(n: int) -> int:
 
 def encode_mp4(frames: np.ndarray | Sequence[np.ndarray], fps: float = 10.0, crf: int = 18) -> bytes:
     """H.264 MP4 bytes of RGB frames [T, H, W, 3] (odd sizes are padded by one pixel): uint8, or
-    float in [0, 1] as round(x * 255) (reward_client.frames.as_uint8); other dtypes are refused."""
+    float in [0, 1] as round(x * 255) (reward_protocol.frames.as_uint8); other dtypes are refused."""
     import av
 
     frames = [as_uint8(f) for f in frames]

@@ -11,10 +11,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from reward_client.frames import FrameSpec
-from reward_client.protocol import DEFAULT_MAX_PIXELS, MAX_VIEWS
+from reward_protocol.frames import FrameSpec
+from reward_protocol.score import DEFAULT_MAX_PIXELS, MAX_VIEWS
 from reward_server.engines import Engine, EngineConfig, load_engine
-from reward_server.engines.vllm_options import with_encoder_graph_sizes
+from reward_server.engines.vllm.options import with_encoder_graph_sizes
 from reward_server.profiles import Profile, SamplingDefaults, canonical_backend, load_profile
 from reward_server.settings import ServerSettings
 

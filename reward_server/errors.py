@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from reward_client.openai_chat import OpenAIError, OpenAIErrorBody, openai_error_type
-from reward_client.progress import ProgressPointsError
-from reward_client.protocol import RETRYABLE_STATUSES, ErrorBody, ItemError
+from reward_protocol.chat import OpenAIError, OpenAIErrorBody, openai_error_type
+from reward_protocol.progress import ProgressPointsError
+from reward_protocol.score import RETRYABLE_STATUSES, ErrorBody, ItemError
 from reward_server.core.admission import Overloaded, TooMuchForServer
 from reward_server.core.service import DeadlineExceeded, NotReady
 from reward_server.engines.base import AnswerWordsUnsupported, EngineDead, EngineInputRejected, EngineRequestFailed

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from reward_client.protocol import ScoreMode
+from reward_protocol.score import ScoreMode
 from reward_server.engines.base import EngineConfig
 
 
@@ -230,9 +230,9 @@ class ServerSettings(BaseModel):
 
     def engine_options(self) -> dict[str, str]:
         """`--engine-option KEY=VALUE`s, with what the vLLM tuning flags stand for merged in."""
-        from reward_server.engines.vllm_options import flag_options
-        from reward_server.engines.vllm_profiler import profiler_config
-        from reward_server.engines.vllm_threads import input_threads, wanted_threads
+        from reward_server.engines.vllm.options import flag_options
+        from reward_server.engines.vllm.profiler import profiler_config
+        from reward_server.engines.vllm.threads import input_threads, wanted_threads
 
         options = {}
         for item in self.engine_option:

@@ -58,8 +58,8 @@ import httpx
 import numpy as np
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient
-from reward_client.frames import to_grid
-from reward_client.protocol import MAX_VIEWS, BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
+from reward_protocol.frames import to_grid
+from reward_protocol.score import MAX_VIEWS, BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
 
 logger = logging.getLogger("reward_tools.bench")
 

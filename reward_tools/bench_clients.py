@@ -38,7 +38,7 @@ def _client(
 ) -> None:
     """One env worker: its own episodes and client; one batch per round, started at the barrier."""
     from reward_client.client import RetryPolicy, RewardClient
-    from reward_client.protocol import ScoreOptions
+    from reward_protocol.score import ScoreOptions
 
     episodes = Episodes(frames, size)
     episodes.next_seed = first_seed

@@ -38,8 +38,8 @@ import httpx
 import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.progress import prefix_ends, value_order_correlation
-from reward_client.protocol import MAX_BATCH_ITEMS, ScoreOptions
+from reward_protocol.progress import prefix_ends, value_order_correlation
+from reward_protocol.score import MAX_BATCH_ITEMS, ScoreOptions
 from reward_tools.bench import TASKS, Episodes, style_kwargs
 
 logger = logging.getLogger("reward_tools.bench_curves")

@@ -44,7 +44,7 @@ def requests(episodes: Episodes, n: int, style: str, backend: str = "qwen2_5_vl_
 def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, profile_dir: Path | None = None):
     from vllm import LLM
 
-    from reward_server.engines.vllm_engine import VllmEngine
+    from reward_server.engines.vllm.engine import VllmEngine
 
     engine = VllmEngine(config)
     engine.load_processor()

@@ -29,8 +29,8 @@ import httpx
 import numpy as np
 import psutil
 
-from reward_client.protocol import MAX_MAX_PIXELS
 from reward_client.video_io import write_mp4
+from reward_protocol.score import MAX_MAX_PIXELS
 from reward_tools.bench_chat import jpeg_data_url
 from reward_tools.launch import ServerProcess
 from reward_tools.memory import tree_rss_bytes

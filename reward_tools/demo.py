@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     from reward_client.client import RewardClient, RewardClientError
-    from reward_client.protocol import BackendKwargs, ScoreOptions
     from reward_client.video_io import write_mp4
+    from reward_protocol.score import BackendKwargs, ScoreOptions
 
     frames = sample_episode()
     with tempfile.TemporaryDirectory(prefix="reward-demo-") as tmp:

@@ -1,6 +1,6 @@
 """Canary probes and per-task numbers for the offline judge evaluation (python -m reward_tools.evaluate).
 
-The same probes and the same metric code as the live audit in RLinf's env (reward_client.canary,
+The same probes and the same metric code as the live audit in RLinf's env (reward_client.rlinf.canary,
 reward_client.judge_metrics), so a judge's offline report and its training-time TensorBoard
 scalars mean the same thing. Probes are made from the frames the server would sample from each
 episode's video (first and last included) and sent inline, each as many frames as it holds.
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from reward_client.canary import CANARY_KINDS, CanaryPlanner, Probe
 from reward_client.client import RewardClient
 from reward_client.judge_metrics import mean_or_none, summarize_by_group
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreRequest
+from reward_client.rlinf.canary import CANARY_KINDS, CanaryPlanner, Probe
+from reward_protocol.score import BackendKwargs, InlineFrames, ScoreRequest
 from reward_server.media.video import decode_frames
 
 logger = logging.getLogger("reward_tools.evaluate")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import BackendKwargs, ScoreRequest
+from reward_protocol.score import BackendKwargs, ScoreRequest
 from reward_tools import eval_audit
 from reward_tools import eval_metrics as m
 

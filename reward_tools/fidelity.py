@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
-from reward_client.protocol import MAX_BATCH_ITEMS, BackendKwargs, ScoreOptions
+from reward_protocol.score import MAX_BATCH_ITEMS, BackendKwargs, ScoreOptions
 from reward_tools.bench import TASKS, Episodes
 from reward_tools.eval_metrics import spearman
 

@@ -1,11 +1,11 @@
 """The labeling rule: from the judge's answer about an episode to a success label per frame.
 
 The judge sees `nframes` frames picked evenly from the episode's T frames (first and last
-included; reward_client.frames.FrameSpec.pick_steps, the server's own pick, done here so only
+included; reward_protocol.frames.FrameSpec.pick_steps, the server's own pick, done here so only
 those frames travel). Two rules:
 
 - `curve` (progress_points K > 1): the judge answers K progress values, point k judging the
-  frames up to the k-th prefix's last frame f_k (reward_client.progress, reward_client.dense).
+  frames up to the k-th prefix's last frame f_k (reward_protocol.progress, reward_client.rlinf.dense).
   The first point whose value is >= threshold marks success: frames f_k .. T-1 are labeled 1,
   earlier frames 0. No point at or above the threshold: every frame 0. A point without a value
   (its answer did not parse) marks nothing. The episode's score is the curve's highest value,
@@ -27,8 +27,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reward_client.dense import model_frame_count, point_frames
-from reward_client.frames import FrameSpec
+from reward_client.rlinf.dense import model_frame_count, point_frames
+from reward_protocol.frames import FrameSpec
 
 
 class LabelRule(BaseModel):
@@ -57,7 +57,7 @@ class LabelRule(BaseModel):
 
 def judge_picks(spec: FrameSpec, nframes: int, frames: int) -> list[int]:
     """The frame indices the judge sees (the server's own pick: sending exactly these, it picks
-    them all again, so point k's prefix ends where reward_client.dense says)."""
+    them all again, so point k's prefix ends where reward_client.rlinf.dense says)."""
     return spec.pick_steps(frames, nframes)
 
 

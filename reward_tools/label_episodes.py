@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
-from reward_client.frames import QWEN2_5_VL, FrameSpec
-from reward_client.protocol import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BackendKwargs, ScoreOptions
+from reward_protocol.frames import QWEN2_5_VL, FrameSpec
+from reward_protocol.score import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BackendKwargs, ScoreOptions
 from reward_tools.episode_files import BrokenEpisode, EpisodeFile, Form, find_episodes, read_episode
 from reward_tools.frame_labels import LabelRule, episode_score, frame_labels, judge_picks, point_ends
 from reward_tools.label_agreement import Judged, agreement_report, summary_lines

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from reward_client.protocol import SCORE_MODES
+from reward_protocol.score import SCORE_MODES
 from reward_server.profiles import UnknownBackend, backend_names, load_profile
 
 

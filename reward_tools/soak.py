@@ -51,9 +51,9 @@ import httpx
 import numpy as np
 import psutil
 
-from reward_client.protocol import InlineFrames
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.hook import VLMRewardHook
+from reward_protocol.score import InlineFrames
 from reward_tools.launch import ServerProcess, free_port
 from reward_tools.memory import tree_rss_bytes
 
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("reward_client.judging").setLevel(logging.WARNING)  # a line per batch otherwise
+    logging.getLogger("reward_client.rlinf.judging").setLevel(logging.WARNING)  # a line per batch otherwise
 
     clock = Clock()
     work = Path(tempfile.mkdtemp(prefix="soak-"))

@@ -12,7 +12,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from reward_client import raw_batch
+from reward_protocol import raw_batch
 
 HEAD_TEMPLATE = "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {ctype}\r\n{framing}\r\n"
 # a raw batch's prefix announcing a 1 MiB header: the server then waits for the header's bytes

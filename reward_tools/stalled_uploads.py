@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from reward_client.protocol import InlineFrames
+from reward_protocol.score import InlineFrames
 from reward_tools.bench import episode
 from reward_tools.launch import ServerProcess
 from reward_tools.memory import tree_rss_bytes

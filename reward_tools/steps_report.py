@@ -23,7 +23,7 @@ the prefill alone) and a row of K tokens in the same file, `goal_s` is (gen1's w
 K row's step time) and `over_goal` the K row's wall against it, the measure issue 40 sets (<= 1.2).
 
 `--timing` adds, per row, the worker's own timing of each step inside the row's batch (the file of
-`--engine-option step_timing=PATH`, engines/vllm_step_timing.py): when each `execute_model` began
+`--engine-option step_timing=PATH`, engines/vllm/step_timing.py): when each `execute_model` began
 after the batch's start, its wall and CPU time, the vision encoder's share, the cycle collector's
 pauses and what it scheduled, then a line that sums the batch (steps with work and empty ones,
 what a working step held, the encoder's and the collector's totals) and the full collections in

@@ -109,7 +109,7 @@ def drive_libero(args) -> dict:
     import numpy as np
     from rlinf.envs.libero.libero_env import LiberoEnv
 
-    from reward_client.rlinf_hook import VLMRewardHook
+    from reward_client.rlinf.hook import VLMRewardHook
     from tests.libero_driver import compose_env_config, goal_state
 
     chunk, chunks = 4, args.libero_steps // 4
@@ -184,7 +184,7 @@ def drive_maniskill(args) -> dict:
         workers[mode] = SimpleNamespace(env_list=[env], rollout_results=[], n_train_chunk_steps=chunks)
     adapters = {}
     if args.maniskill_one_env:  # one env object whose adapter the modes swap, as for LIBERO
-        from reward_client.env_adapters import ManiSkillAdapter
+        from reward_client.rlinf.env_adapters import ManiSkillAdapter
 
         env = envs["off"]
         adapters = {

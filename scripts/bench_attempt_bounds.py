@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
-from reward_client.protocol import ScoreOptions
+from reward_protocol.score import ScoreOptions
 from tests.helpers.servers import InProcessServer, stats
 
 

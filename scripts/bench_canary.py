@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.hook import VLMRewardHook
 
 TASKS = (  # four LIBERO-10 instructions, so wrong_task probes have others to draw from
     "put both the alphabet soup and the tomato sauce in the basket",

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from reward_client.client import _Body, _json_batch, _raw_batch
-from reward_client.episodes import EpisodeBuffers
-from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest
+from reward_client.rlinf.episodes import EpisodeBuffers
+from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest
 
 SINK = textwrap.dedent(
     """

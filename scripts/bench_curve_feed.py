@@ -34,13 +34,13 @@ import time
 import uuid
 from pathlib import Path
 
-from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+from reward_protocol.score import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.io import EngineRequest
-from reward_server.engines.vllm_curves import assign_clip_ids, leaders_first
-from reward_server.engines.vllm_engine import VllmEngine, request_failure
+from reward_server.engines.vllm.curves import assign_clip_ids, leaders_first
+from reward_server.engines.vllm.engine import VllmEngine, request_failure
 from reward_server.media.decoding import prepare_raw
 
 logger = logging.getLogger("bench_curve_feed")

@@ -53,12 +53,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+from reward_protocol.score import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
 from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
-from reward_server.engines.vllm_curves import assign_clip_ids, leaders_first
-from reward_server.engines.vllm_engine import VllmEngine
+from reward_server.engines.vllm.curves import assign_clip_ids, leaders_first
+from reward_server.engines.vllm.engine import VllmEngine
 from reward_server.media.decoding import prepare_raw
 
 
@@ -236,7 +236,7 @@ def ab_rows(args: argparse.Namespace, build, process) -> dict:
     produced alike (input_digest), which must be all of them."""
     import torch
 
-    from reward_server.engines import vllm_cache_hits
+    from reward_server.engines.vllm import cache_hits as vllm_cache_hits
 
     names = [name.strip() for name in args.ab.split(",")]
     unknown = [name for name in names if name not in AB_ROWS]

@@ -90,7 +90,7 @@ def _episodes(n: int, nframes: int, size: int, seed: int = 0) -> list[np.ndarray
 
 
 def judge(args) -> dict:
-    from reward_client.protocol import ScoreOptions
+    from reward_protocol.score import ScoreOptions
 
     client = _client(args.url)
     health = client.wait_until_ready(600)
@@ -134,8 +134,8 @@ def _write_pickles(root: Path, n: int, steps: int, size: int) -> None:
 
 
 def overhead(args) -> dict:
-    from reward_client.frames import QWEN2_5_VL
-    from reward_client.protocol import ScoreOptions
+    from reward_protocol.frames import QWEN2_5_VL
+    from reward_protocol.score import ScoreOptions
     from reward_tools import label_episodes
     from reward_tools.episode_files import find_episodes, read_episode
     from reward_tools.frame_labels import judge_picks

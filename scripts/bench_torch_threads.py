@@ -1,5 +1,5 @@
 """What a busy machine does to the engine core's pixel concatenation, by torch thread count
-(reward_server/engines/vllm_threads.py).
+(reward_server/engines/vllm/threads.py).
 
     python scripts/bench_torch_threads.py [--episodes 16] [--busy 0] [--repeats 20]
 

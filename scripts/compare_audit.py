@@ -1,6 +1,6 @@
 """The live judge audit of runs B and C side by side (called by compare_runs.py).
 
-Reads `env/vlm_audit/*` and `env/vlm_canary/*` (reward_client.audit) from each run's TensorBoard
+Reads `env/vlm_audit/*` and `env/vlm_canary/*` (reward_client.rlinf.audit) from each run's TensorBoard
 logs and writes OUT-audit.png and OUT-audit.csv (run, metric, step, value). The top row compares
 the runs on AUROC, false-positive and false-negative rate at success_threshold and ECE; below,
 one row per run: canary scores beside the real successes' and failures' means, then AUROC and the

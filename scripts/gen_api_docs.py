@@ -20,10 +20,10 @@ INTRO = """# Reward server API
 
 Generated from the server's OpenAPI schema by `scripts/gen_api_docs.py`; do not edit by hand.
 The schema itself is served at `GET /openapi.json` (and browsable at `/docs`). The models live in
-`reward_client/protocol.py`, shared by the server and the client.
+`reward_protocol/score.py`, shared by the server and the client.
 
 Errors have the shape `{"error": {"type": ..., "message": ...}}`; under `/v1` (OpenAI's chat
-dialect, models in `reward_client/openai_chat.py`) they have OpenAI's shape, `{"error":
+dialect, models in `reward_protocol/chat.py`) they have OpenAI's shape, `{"error":
 {"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type below
 and `param` the request field at fault, except that a body or field that fails validation is a
 400 there (`bad_request`, `param` naming the field), as `vllm serve` and OpenAI answer it. In a batch, an item that fails has the same `type` in
@@ -54,7 +54,7 @@ every transport, and halves a batch still refused as too large (413: a server th
 its limits, or a proxy in front of it).
 
 Frames are uint8 on the wire (`frames.data_b64`, raw batch payloads). The client converts float
-frames in [0, 1] as round(x * 255) (`reward_client.frames.as_uint8`) and refuses other dtypes;
+frames in [0, 1] as round(x * 255) (`reward_protocol.frames.as_uint8`) and refuses other dtypes;
 the server names wider pixels (a payload 2, 4 or 8 times the bytes the shapes need) in its error.
 """
 

@@ -211,7 +211,7 @@ class WireLog:
             return
         import base64
 
-        from reward_client import raw_batch
+        from reward_protocol import raw_batch
 
         request.read()  # a streamed body is read here and then sent as these same bytes
         items = []

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from reward_client.openai_chat import (
+from reward_protocol.chat import (
     MAX_TOP_LOGPROBS,
     UNSUPPORTED_FIELDS,
     ChatChoice,

@@ -18,9 +18,9 @@ from functools import partial
 
 import numpy as np
 
-from reward_client import raw_batch
-from reward_client.progress import check_points
-from reward_client.protocol import (
+from reward_protocol import raw_batch
+from reward_protocol.progress import check_points
+from reward_protocol.score import (
     FAILED_PARSE_STATUSES,
     BatchItem,
     BatchScoreResponse,

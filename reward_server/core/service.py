@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from reward_client.protocol import DEADLINE_HEADER, HealthStatus
+from reward_protocol.score import DEADLINE_HEADER, HealthStatus
 from reward_server.core.admission import Admission, WorkKind
 from reward_server.core.metrics import Metrics
 from reward_server.core.warmup import WarmupReport, warm_up
@@ -120,7 +120,7 @@ class RewardService:
             logger.info("start-up heap frozen: %d objects the collector will not scan again", self.heap_frozen)
         if self.settings.freeze_heap:
             # the engine's own processes (vLLM's engine core) are the service's alone even when the
-            # service is embedded: their heaps, warm-up included, are frozen too (engines/vllm_heap.py)
+            # service is embedded: their heaps, warm-up included, are frozen too (engines/vllm/heap.py)
             try:
                 await self.engine.freeze_heap()
             except Exception:  # an optimization: the server serves as well without it

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs, ScoreMode
+from reward_protocol.score import DEFAULT_MAX_PIXELS, BackendKwargs, ScoreMode
 from reward_server.media.decoding import prepare_raw
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import importlib
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineConfig, EngineDead
 
 ENGINES: dict[str, tuple[str, str, str]] = {
-    "vllm": ("reward_server.engines.vllm_engine", "VllmEngine", "vLLM (AsyncLLM): continuous batching"),
+    "vllm": ("reward_server.engines.vllm.engine", "VllmEngine", "vLLM (AsyncLLM): continuous batching"),
     "hf": ("reward_server.engines.hf_engine", "HFEngine", "transformers: dynamic micro-batching"),
     "fake": ("reward_server.engines.fake_engine", "FakeEngine", "no model: scripted answers, for tests"),
 }

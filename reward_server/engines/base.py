@@ -296,7 +296,7 @@ class Engine(ABC):
 
     async def freeze_heap(self) -> None:  # noqa: B027 - optional hook
         """Once warm: freeze the heap of the engine's own processes, where it has any (vLLM's engine
-        core; engines/vllm_heap.py). Nothing where the engine runs in the server's process, whose
+        core; engines/vllm/heap.py). Nothing where the engine runs in the server's process, whose
         heap the service freezes itself."""
 
     async def start_profile(self) -> None:

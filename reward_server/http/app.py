@@ -19,9 +19,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from reward_client import raw_batch
-from reward_client.openai_chat import ChatCompletionRequest, ChatCompletionResponse, ModelList, OpenAIErrorBody
-from reward_client.protocol import (
+from reward_protocol import raw_batch
+from reward_protocol.chat import ChatCompletionRequest, ChatCompletionResponse, ModelList, OpenAIErrorBody
+from reward_protocol.score import (
     DEADLINE_HEADER,
     BatchScoreRequest,
     BatchScoreResponse,
@@ -56,7 +56,7 @@ def _body_schema(model, raw: bool = False) -> dict:
                 "type": "string",
                 "format": "binary",
                 "description": "raw batch: b'RWB1', header length (uint32 LE), RawBatchHeader JSON, frame bytes "
-                "(reward_client/raw_batch.py)",
+                "(reward_protocol/raw_batch.py)",
             }
         }
     return {"requestBody": {"required": True, "content": content}}

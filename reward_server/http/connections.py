@@ -21,7 +21,7 @@ import threading
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from reward_client.protocol import RETRYABLE_STATUSES, ItemError
+from reward_protocol.score import RETRYABLE_STATUSES, ItemError
 from reward_server.errors import BY_TYPE, RETRY_AFTER_S, render_error
 
 logger = logging.getLogger(__name__)

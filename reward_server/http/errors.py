@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from reward_client.protocol import ItemError
+from reward_protocol.score import ItemError
 from reward_server.errors import BY_TYPE, CLASSES, RETRY_AFTER_S, classify, render_error
 from reward_server.media.decoding import InvalidBody, validation_message
 from reward_server.request_errors import FieldError

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reward_client.protocol import MAX_BATCH_ITEMS, ServerLimits
+from reward_protocol.score import MAX_BATCH_ITEMS, ServerLimits
 from reward_server.settings import ServerSettings
 
 JSON = "application/json"

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Callable
 
-from reward_client.frames import FrameError, FrameSpec
+from reward_protocol.frames import FrameError, FrameSpec
 from reward_server.request_errors import FieldError
 
 logger = logging.getLogger(__name__)

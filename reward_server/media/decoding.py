@@ -1,7 +1,7 @@
 """Request bodies -> episodes with model-ready frames, never on the event loop, never serially.
 
 Three ways frames arrive, each prepared where it is cheapest and safe:
-- raw batch bodies (reward_client.raw_batch): the header is parsed in a thread; each episode's
+- raw batch bodies (reward_protocol.raw_batch): the header is parsed in a thread; each episode's
   frames are used in place (a view of the body) and picked and resized in a thread as soon as
   its bytes have arrived (OpenCV releases the GIL). No process hop, no copy of the body.
 - JSON bodies: parsed and validated in a decode worker process (a 256 MB JSON document would
@@ -21,10 +21,10 @@ from typing import Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from reward_client.bounded_json import InvalidJSON, loads_bounded
-from reward_client.frames import FrameError, FrameSpec
-from reward_client.openai_chat import ChatCompletionRequest
-from reward_client.protocol import (
+from reward_protocol.bounded_json import InvalidJSON, loads_bounded
+from reward_protocol.chat import ChatCompletionRequest
+from reward_protocol.frames import FrameError, FrameSpec
+from reward_protocol.score import (
     DEFAULT_MAX_PIXELS,
     DEFAULT_NFRAMES,
     BatchScoreRequest,

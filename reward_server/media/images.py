@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
-from reward_client.frames import FrameError, FrameSpec
+from reward_protocol.frames import FrameError, FrameSpec
 from reward_server.media.decoded_budget import decoded_bytes
 from reward_server.media.paths import file_url_path, open_confined, refuse_url, url_scheme
 from reward_server.media.video import (

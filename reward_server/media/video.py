@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from reward_client.frames import QWEN2_5_VL, FrameError, FrameSpec
+from reward_protocol.frames import QWEN2_5_VL, FrameError, FrameSpec
 from reward_server.request_errors import FieldError
 
 

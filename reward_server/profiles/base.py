@@ -12,9 +12,9 @@ from typing import Literal
 
 import numpy as np
 
-from reward_client.frames import QWEN2_5_VL, FrameSpec
-from reward_client.progress import prefix_ends
-from reward_client.protocol import BackendKwargs, ScoreMode
+from reward_protocol.frames import QWEN2_5_VL, FrameSpec
+from reward_protocol.progress import prefix_ends
+from reward_protocol.score import BackendKwargs, ScoreMode
 from reward_server.engines.io import EngineOutput, EngineRequest, Part, Sampling, TextPart, VideoPart
 from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
 from reward_server.request_errors import FieldError
@@ -126,7 +126,7 @@ class Profile(ABC):
         self, task_text: str, video: np.ndarray, kwargs: BackendKwargs, score_mode: ScoreMode, points: int
     ) -> list[EngineRequest]:
         """One engine request per point of a progress curve, point k judging the frames
-        [0, e_k), e_k = ceil(k*T/K) (reward_client.progress). The frames are cut into clips of the
+        [0, e_k), e_k = ceil(k*T/K) (reward_protocol.progress). The frames are cut into clips of the
         model's temporal group (pairs on Qwen2.5-VL), each a separate video item, and every point
         shows the first clips of a chain that longer points show too, so an engine with a prefix
         cache computes them once. A point that ends inside a group (`partial_groups`) shows:

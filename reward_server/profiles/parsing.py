@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from reward_client.protocol import ParseStatus, ScoreMode
+from reward_protocol.score import ParseStatus, ScoreMode
 
 AnswerFormat = Literal["tagged", "plain"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reward_client.protocol import BackendKwargs, ScoreMode
+from reward_protocol.score import BackendKwargs, ScoreMode
 from reward_server.engines.io import ChatPrompt, EngineRequest, ImagePart, TextPart, VideoPart
 from reward_server.profiles.base import Profile, SamplingDefaults, clip_request, fill_task, view_parts
 

@@ -29,8 +29,8 @@ import psutil
 import pytest
 
 from reward_client.client import RewardClient
-from reward_client.protocol import BackendKwargs, ScoreOptions
 from reward_client.video_io import write_mp4
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from reward_tools.launch import free_port
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import LONG_TOKENS, stats, wait_until

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reward_server.engines.vllm_engine import cpu_memory_utilization
+from reward_server.engines.vllm.engine import cpu_memory_utilization
 from reward_tools import gpu_trace
 from tests.helpers.servers import REPO
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardRequestError
-from reward_client.protocol import InlineFrames, ScoreRequest
+from reward_protocol.score import InlineFrames, ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import CPU_PRESET
@@ -93,7 +93,7 @@ def test_replicas_share_a_batch_and_take_over_from_a_dead_one(tiny_checkpoint, t
 def test_data_parallel_size_reaches_vllm_and_is_refused_by_transformers(tiny_checkpoint):
     from reward_server.engines import EngineConfig
     from reward_server.engines.hf_engine import HFEngine
-    from reward_server.engines.vllm_engine import VllmEngine
+    from reward_server.engines.vllm.engine import VllmEngine
 
     config = EngineConfig(model_path=tiny_checkpoint, data_parallel_size=2, tensor_parallel_size=2)
     kwargs = VllmEngine(config).engine_kwargs()

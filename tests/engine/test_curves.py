@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from reward_client.progress import prefix_ends
+from reward_protocol.progress import prefix_ends
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import LONG_FLAGS, start_server, stats
 

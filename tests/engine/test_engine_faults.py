@@ -151,7 +151,7 @@ def test_process_group_sigterm_answers_or_refuses_never_a_cut_answer(tmp_path, t
 
 
 def test_transformers_shut_down_mid_batch_fails_its_requests_at_once(tiny_checkpoint):
-    from reward_client.protocol import BackendKwargs
+    from reward_protocol.score import BackendKwargs
     from reward_server.bootstrap import build_profile, engine_config
     from reward_server.engines.base import EngineDead
     from reward_server.engines.hf_engine import HFEngine

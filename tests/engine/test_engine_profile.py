@@ -1,4 +1,4 @@
-"""vLLM's torch profiler on the server's path (engines/vllm_profiler.py): a server started with
+"""vLLM's torch profiler on the server's path (engines/vllm/profiler.py): a server started with
 `--engine-option profile_dir=DIR` traces its engine between POST /start_profile and /stop_profile,
 and `reward_tools.bench --trace` runs one more batch inside that window. On the CPU machines the
 trace holds the engine's steps but no GPU work, which reward_tools.gpu_trace says."""

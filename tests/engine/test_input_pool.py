@@ -65,11 +65,11 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
     script = textwrap.dedent(
         f"""
         import asyncio, json
-        from reward_client.protocol import DEFAULT_MAX_PIXELS, BackendKwargs
+        from reward_protocol.score import DEFAULT_MAX_PIXELS, BackendKwargs
         from reward_server import cli
         from reward_server.bootstrap import build_profile, engine_config
         from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
-        from reward_server.engines.vllm_engine import VllmEngine
+        from reward_server.engines.vllm.engine import VllmEngine
         from reward_server.media.decoding import prepare_raw
 
         async def main():

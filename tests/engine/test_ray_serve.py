@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import ScoreRequest
+from reward_protocol.score import ScoreRequest
 from reward_tools.launch import free_port
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.ray_nodes import RAY, RayProcesses, healthy, listening, wait_for

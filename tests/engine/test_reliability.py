@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import ScoreRequest
+from reward_protocol.score import ScoreRequest
 from reward_tools.launch import ServerProcess, free_port
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import (

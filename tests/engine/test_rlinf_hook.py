@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.hook import VLMRewardHook
 from tests.helpers.servers import requests_served, start_server
 
 N, COEF = 4, 5.0

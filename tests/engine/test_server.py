@@ -151,7 +151,7 @@ def test_concurrent_requests_are_in_the_engine_together(server):
 def test_the_hooks_raw_batch_is_scored_together(server):
     """One raw batch body of 8 episodes (what the RLinf hook sends): all in the engine at once."""
     from reward_client.client import RewardClient
-    from reward_client.protocol import BackendKwargs, ScoreOptions
+    from reward_protocol.score import BackendKwargs, ScoreOptions
 
     options = ScoreOptions(task_text=TASK, backend_kwargs=BackendKwargs(max_tokens=200, ignore_eos=True))
     before = stats(server.url)

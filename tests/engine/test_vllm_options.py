@@ -12,8 +12,8 @@ FLAGS = ["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--compile-mm-encod
 
 
 def test_the_installed_vllm_is_asked_what_it_supports():
-    from reward_server.engines.vllm_engine import VllmEngine
-    from reward_server.engines.vllm_options import UnsupportedByVllm
+    from reward_server.engines.vllm.engine import VllmEngine
+    from reward_server.engines.vllm.options import UnsupportedByVllm
 
     kwargs = VllmEngine(engine_config(cli.parse_settings([*FLAGS, "--model-path", "/m"]))).engine_kwargs()
     assert kwargs["quantization"] == "fp8" and kwargs["kv_cache_dtype"] == "fp8"
@@ -43,7 +43,7 @@ def test_an_older_vllm_without_the_encoder_switches_is_named(monkeypatch):
 
     import vllm.config
 
-    from reward_server.engines.vllm_options import UnsupportedByVllm, check_supported
+    from reward_server.engines.vllm.options import UnsupportedByVllm, check_supported
 
     monkeypatch.setattr(vllm.config, "CompilationConfig", dataclasses.make_dataclass("Old", [("mode", int, 0)]))
     with pytest.raises(UnsupportedByVllm, match=r"has no cudagraph_mm_encoder .*--cudagraph-mm-encoder needs a newer"):
@@ -54,7 +54,7 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
     """--mm-processor-cache-gb sizes vLLM's processor cache (default 0.5 GiB on CPU, was 1: it only
     serves one curve's points); --shutdown-timeout-s becomes the engine core's shutdown_timeout, so a
     SIGTERM to the process group lets it finish what it holds (vLLM's default 0 aborts it all)."""
-    from reward_server.engines.vllm_engine import CPU_PROCESSOR_CACHE_GB, VllmEngine
+    from reward_server.engines.vllm.engine import CPU_PROCESSOR_CACHE_GB, VllmEngine
 
     def kwargs(*argv: str) -> dict:
         return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
@@ -73,11 +73,11 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
 
 
 def test_the_workers_heap_freeze_is_ours_and_a_users_worker_extension_turns_it_off():
-    """freeze_engine_heap (engines/vllm_heap.py) is the server's option, not vLLM's; it brings our
+    """freeze_engine_heap (engines/vllm/heap.py) is the server's option, not vLLM's; it brings our
     worker extension even where no other worker feature is on (a CPU), and a user's own extension
     wins over it."""
-    from reward_server.engines.vllm_engine import VllmEngine
-    from reward_server.engines.vllm_worker import FQCN
+    from reward_server.engines.vllm.engine import VllmEngine
+    from reward_server.engines.vllm.worker import FQCN
 
     def engine(*argv: str) -> VllmEngine:
         return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"])))

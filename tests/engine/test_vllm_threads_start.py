@@ -1,4 +1,4 @@
-"""The vLLM engine's start asks torch about CUDA only once vLLM is imported (engines/vllm_threads.py).
+"""The vLLM engine's start asks torch about CUDA only once vLLM is imported (engines/vllm/threads.py).
 
 Importing vLLM puts torch's CUDA check in NVML mode (PYTORCH_NVML_BASED_CUDA_CHECK=1). Asked
 before, the check initializes CUDA's driver in the server, and on a GPU the engine core forked from
@@ -23,7 +23,7 @@ def test_start_asks_about_cuda_only_after_vllm_set_nvml_mode(tmp_path, tiny_chec
         f"""
         import asyncio, json, os, torch
         from reward_server.bootstrap import engine_config
-        from reward_server.engines.vllm_engine import VllmEngine
+        from reward_server.engines.vllm.engine import VllmEngine
         from reward_server.settings import ServerSettings
 
         class Asked(Exception):

@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from reward_client import raw_batch
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardUnavailable
-from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf.hook import RewardModelConfig, VLMRewardHook
+from reward_protocol import raw_batch
+from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest
 
 FAST = RetryPolicy(deadline_s=10, backoff_initial_s=0.02, backoff_max_s=0.05)
 GOOD = 0.42

@@ -20,9 +20,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from reward_client.deferred import LIBERO_RETURNS, MANISKILL_RETURNS, ReturnRule
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import EnvStep, VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.deferred import LIBERO_RETURNS, MANISKILL_RETURNS, ReturnRule
+from reward_client.rlinf.hook import EnvStep, VLMRewardHook
 from tests.helpers.servers import InProcessServer
 
 N, COEF = 3, 5.0

@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 
 from reward_client import judge_metrics as m
-from reward_client.audit import CanaryTally, JudgeAudit, task_key
-from reward_client.canary import CanaryPlanner, CanarySelector, make_probes, other_task, reversed_frames, static_frames
+from reward_client.rlinf.audit import CanaryTally, JudgeAudit, task_key
+from reward_client.rlinf.canary import (
+    CanaryPlanner,
+    CanarySelector,
+    make_probes,
+    other_task,
+    reversed_frames,
+    static_frames,
+)
 
 SCORES = [0.9, 0.6, 0.4, 0.5, 0.2]
 LABELS = [1, 1, 1, 0, 0]
@@ -124,7 +131,8 @@ def test_planner_respects_room_and_task_pool():
 
 def test_client_side_modules_stay_light():
     code = (
-        "import sys, reward_client.rlinf_hook, reward_client.audit, reward_client.canary, reward_client.judge_metrics\n"
+        "import sys, reward_client.rlinf.hook, reward_client.rlinf.audit, reward_client.rlinf.canary\n"
+        "import reward_client.judge_metrics\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'sklearn', 'fastapi', 'reward_server', 'transformers', 'scipy'))\n"
         "print(heavy)"

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf.hook import RewardModelConfig, VLMRewardHook
+from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest
 from tests.helpers.servers import InProcessServer, get
 
 MIB = 1024 * 1024

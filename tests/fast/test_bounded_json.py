@@ -1,4 +1,4 @@
-"""The one bounded JSON decoder (reward_client/bounded_json.py): its limits on their own, then the
+"""The one bounded JSON decoder (reward_protocol/bounded_json.py): its limits on their own, then the
 same hostile documents sent to every route that reads JSON, answered with the same 4xx."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import orjson
 import pytest
 
-from reward_client import raw_batch
-from reward_client.bounded_json import MAX_DEPTH, InvalidJSON, loads_bounded
+from reward_protocol import raw_batch
+from reward_protocol.bounded_json import MAX_DEPTH, InvalidJSON, loads_bounded
 from tests.helpers.servers import CHAT, InProcessServer, post
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

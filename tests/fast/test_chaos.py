@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.hook import VLMRewardHook
 from reward_tools.launch import ServerProcess, free_port
 from tests.helpers.servers import wait_until
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from reward_client.client import RetryPolicy, RewardClient, RewardUnavailable
-from reward_client.protocol import InlineFrames, ScoreRequest
+from reward_protocol.score import InlineFrames, ScoreRequest
 from reward_tools.launch import free_port
 from tests.helpers.episodes import episode_frames
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from reward_client import raw_batch
-from reward_client.protocol import ScoreOptions
+from reward_protocol import raw_batch
+from reward_protocol.score import ScoreOptions
 from reward_tools.launch import ServerProcess
 from tests.helpers.episodes import episode_frames, inline
 from tests.helpers.servers import post

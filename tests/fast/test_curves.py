@@ -10,12 +10,12 @@ import itertools
 import numpy as np
 import pytest
 
-from reward_client import raw_batch
 from reward_client.client import RewardClient
-from reward_client.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol import raw_batch
+from reward_protocol.progress import ProgressPointsError, check_points, gains, prefix_ends, value_order_correlation
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from reward_server.engines.io import TextPart, VideoPart
-from reward_server.engines.vllm_curves import assign_clip_ids, chain_leaders, item_ids
+from reward_server.engines.vllm.curves import assign_clip_ids, chain_leaders, item_ids
 from reward_server.profiles import load_profile
 from tests.helpers.episodes import TASK, inline, ramp
 from tests.helpers.servers import InProcessServer, get, post

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from reward_client.frames import QWEN2_5_VL
+from reward_protocol.frames import QWEN2_5_VL
 from reward_server.media.decode_pool import DecodePool, Task
 from reward_server.media.images import MediaRef, decode_chat_media
 from reward_server.media.video import DecodeLimits

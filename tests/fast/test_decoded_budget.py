@@ -12,10 +12,10 @@ import concurrent.futures as cf
 import numpy as np
 import pytest
 
-from reward_client import raw_batch
-from reward_client.frames import QWEN2_5_VL
-from reward_client.protocol import ScoreOptions
 from reward_client.video_io import write_mp4
+from reward_protocol import raw_batch
+from reward_protocol.frames import QWEN2_5_VL
+from reward_protocol.score import ScoreOptions
 from reward_server.media.decoded_budget import DecodedBudget, DecodedTooLarge, decoded_bytes
 from reward_server.media.images import ImageError, decode_image
 from reward_server.media.memory_release import Reclaimer

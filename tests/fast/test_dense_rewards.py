@@ -11,11 +11,11 @@ import logging
 import numpy as np
 import pytest
 
-from reward_client.dense import PlacementError, moves, place, point_frames
-from reward_client.frames import QWEN2_5_VL
-from reward_client.progress import prefix_ends
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.dense import PlacementError, moves, place, point_frames
+from reward_client.rlinf.hook import VLMRewardHook
+from reward_protocol.frames import QWEN2_5_VL
+from reward_protocol.progress import prefix_ends
 from tests.helpers.servers import InProcessServer
 
 N, COEF, CHUNK = 3, 5.0, 4
@@ -114,7 +114,7 @@ def test_moves_that_nobody_placed_are_dropped_with_a_warning(server, caplog):
     for t in range(1, 9):
         h.on_step(frames(t), TASKS, np.zeros(N, bool), np.full(N, t == 8))
     assert h.pending  # the env worker patch never asked for them
-    with caplog.at_level(logging.WARNING, logger="reward_client.rlinf_hook"):
+    with caplog.at_level(logging.WARNING, logger="reward_client.rlinf.hook"):
         h.on_reset(None, frames(0))
     assert not h.pending and "env_worker.patch" in caplog.text
 
@@ -141,7 +141,7 @@ def test_moves_and_placement_by_hand():
 
 
 def test_the_audit_and_the_motion_canaries_read_the_curves(server):
-    """VOC (reward_client.progress) of every curve: the real episodes brighten, so the fake judge's
+    """VOC (reward_protocol.progress) of every curve: the real episodes brighten, so the fake judge's
     curves only rise; on their reversed probes they only fall, and a static probe has no order."""
     kinds = ["static", "reversed", "wrong_task"]
     h = hook(server, nframes=8, canary_fraction=1.0, canary_kinds=kinds, canary_tasks=["open the drawer"])

@@ -6,7 +6,7 @@ of exactly 32 greedy tokens both ways)."""
 
 from __future__ import annotations
 
-from reward_server.engines.vllm_encoder_batching import batch_runner_by_modality, by_modality
+from reward_server.engines.vllm.encoder_batching import batch_runner_by_modality, by_modality
 
 
 def _step(n: int) -> tuple[list, list, list]:

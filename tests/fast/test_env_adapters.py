@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from reward_client.env_adapters import MANISKILL_TASKS, ManiSkillAdapter
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.env_adapters import MANISKILL_TASKS, ManiSkillAdapter
+from reward_client.rlinf.hook import VLMRewardHook
 from tests.helpers.envs import COEF, StandInManiskill, env_cfg
 from tests.helpers.envs import N_ENVS as N
 from tests.helpers.servers import InProcessServer

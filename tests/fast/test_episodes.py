@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reward_client.episodes import EpisodeBuffer, EpisodeBuffers
+from reward_client.rlinf.episodes import EpisodeBuffer, EpisodeBuffers
 
 
 def _frame(step: int, shape=(8, 8, 3)) -> np.ndarray:

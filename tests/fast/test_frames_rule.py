@@ -1,6 +1,6 @@
 """One rule for pixel values on every path (fast tier): uint8 as is, float in [0, 1] as
 round(x * 255), anything else a FrameError naming the dtype and the range found
-(reward_client.frames.as_uint8). The paths: inline frames, raw batches, MP4 writing (video_path),
+(reward_protocol.frames.as_uint8). The paths: inline frames, raw batches, MP4 writing (video_path),
 the hook's episode buffers and to_grid on the client; inline and raw frames in the server (the
 real app on the fake engine, whose score is the last frame's brightness)."""
 
@@ -13,10 +13,10 @@ import struct
 import numpy as np
 import pytest
 
-from reward_client import raw_batch
-from reward_client.frames import FrameError, as_uint8, to_grid
-from reward_client.protocol import InlineFrames, ScoreOptions
-from reward_client.rlinf_hook import RewardModelConfig, VLMRewardHook
+from reward_client.rlinf.hook import RewardModelConfig, VLMRewardHook
+from reward_protocol import raw_batch
+from reward_protocol.frames import FrameError, as_uint8, to_grid
+from reward_protocol.score import InlineFrames, ScoreOptions
 from tests.helpers.servers import InProcessServer, post
 
 HALF = np.full((4, 56, 56, 3), 0.5, np.float32)  # what RLinf's earlier reward-data collector stores

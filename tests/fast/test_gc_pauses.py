@@ -1,12 +1,12 @@
 """The engine core's heap frozen once warm and the collector's pauses timed in vLLM's worker
-(engines/vllm_heap.py, engines/vllm_step_timing.py), on this process's real collector."""
+(engines/vllm/heap.py, engines/vllm/step_timing.py), on this process's real collector."""
 
 from __future__ import annotations
 
 import gc
 
-from reward_server.engines.vllm_heap import freeze_process_heap
-from reward_server.engines.vllm_step_timing import GcPauses
+from reward_server.engines.vllm.heap import freeze_process_heap
+from reward_server.engines.vllm.step_timing import GcPauses
 
 
 def test_every_pause_is_summed_and_each_full_collection_gets_a_row():

@@ -1,4 +1,4 @@
-"""`reward_client.frames.to_grid`: the client puts frames on the model's grid exactly as the server
+"""`reward_protocol.frames.to_grid`: the client puts frames on the model's grid exactly as the server
 would, so the server resizes nothing (issue: frames at 252 instead of 256)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from reward_client.frames import FrameError, to_grid
+from reward_protocol.frames import FrameError, to_grid
 from reward_server.media.video import fit_frames
 from tests.helpers.episodes import episode_frames
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.hook import VLMRewardHook
 from reward_server.media.video import fit_frames
 from tests.helpers.servers import InProcessServer
 

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reward_client import raw_batch
-from reward_client.protocol import ScoreOptions
+from reward_protocol import raw_batch
+from reward_protocol.score import ScoreOptions
 from tests.helpers.servers import CHAT, InProcessServer, data_url, png_bytes
 
 HEADERS = {"content-type": raw_batch.CONTENT_TYPE}

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.hook import VLMRewardHook
+from reward_protocol.score import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
 from tests.helpers.servers import InProcessServer, post
 
 FAST = RetryPolicy(deadline_s=30, timeout_s=20, backoff_initial_s=0.05, backoff_max_s=0.2)

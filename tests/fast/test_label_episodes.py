@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from reward_client.frames import QWEN2_5_VL
+from reward_protocol.frames import QWEN2_5_VL
 from reward_tools import label_episodes
 from reward_tools.frame_labels import LabelRule, frame_labels, judge_picks, point_ends
 from reward_tools.reward_datasets import SplitOptions, sample_indices, split_by_episode

@@ -1,11 +1,11 @@
-"""The vLLM engine's gate between the two kinds of log-probability requests (engines/vllm_engine.py,
+"""The vLLM engine's gate between the two kinds of log-probability requests (engines/vllm/engine.py,
 `_LogprobKinds`): pure asyncio, fast tier; tests/test_chat.py sends both kinds at once to vLLM."""
 
 from __future__ import annotations
 
 import asyncio
 
-from reward_server.engines.vllm_engine import _NAMED_IDS, _TOP_K, _LogprobKinds
+from reward_server.engines.vllm.engine import _NAMED_IDS, _TOP_K, _LogprobKinds
 
 
 def test_logprob_kinds_never_share_the_engine_and_a_waiting_kind_goes_next():

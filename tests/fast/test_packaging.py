@@ -119,7 +119,8 @@ def test_every_module_imports_alone_and_the_core_never_imports_the_tools():
 import importlib, json, sys
 results = {}
 for name in sys.argv[1:]:
-    for loaded in [m for m in sys.modules if m.split(".")[0] in ("reward_server", "reward_client", "reward_tools")]:
+    project = ("reward_protocol", "reward_server", "reward_client", "reward_tools")
+    for loaded in [m for m in sys.modules if m.split(".")[0] in project]:
         del sys.modules[loaded]
     try:
         importlib.import_module(name)
@@ -129,8 +130,8 @@ for name in sys.argv[1:]:
         results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 print(json.dumps(results))
 """
-    names = [m for p in ("reward_client", "reward_server", "reward_tools") for m in _modules(p)]
-    heavy = {"reward_server.engines.vllm_engine", "reward_server.ray_serve"}  # import fine, lazily heavy
+    names = [m for p in ("reward_protocol", "reward_client", "reward_server", "reward_tools") for m in _modules(p)]
+    heavy = {"reward_server.engines.vllm.engine", "reward_server.ray_serve"}  # import fine, lazily heavy
     out = subprocess.run(
         [sys.executable, "-c", code, *[n for n in names if n not in heavy]],
         capture_output=True,
@@ -145,3 +146,35 @@ print(json.dumps(results))
     leaks = {n: r["tools"] for n, r in results.items() if not n.startswith("reward_tools") and r["tools"]}
     assert not leaks, leaks
     assert not [m for m in _modules("reward_server") if m.split(".")[-1] in ("bench", "demo", "evaluate", "launch")]
+
+
+def _imported_packages(package: str) -> dict[str, set[str]]:
+    """Module -> the project packages it imports, read from its import statements."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / package).rglob("*.py"):
+        text = path.read_text()
+        names = re.findall(r"^\s*(?:from|import)\s+(reward_\w+)", text, flags=re.M)
+        found[str(path.relative_to(REPO))] = set(names) - {package}
+    return found
+
+
+def test_the_wire_protocol_stands_alone_and_the_server_never_imports_the_client():
+    """The server and the client share only `reward_protocol`; the protocol imports neither, so the
+    library inside RLinf's env workers and the service can change apart."""
+    protocol = {m: p for m, p in _imported_packages("reward_protocol").items() if p}
+    assert not protocol, protocol
+    server = {m: p for m, p in _imported_packages("reward_server").items() if "reward_client" in p}
+    assert not server, server
+
+
+def test_old_client_import_paths_are_the_moved_modules():
+    """Patched RLinf checkouts import `reward_client.rlinf_hook`, `reward_client.env_adapters` and
+    `reward_client.protocol`: each old path is the very module that moved, not a copy."""
+    code = (
+        "import reward_client.rlinf_hook as a, reward_client.rlinf.hook as b, reward_client.protocol as c, "
+        "reward_protocol.score as d, reward_client.env_adapters as e, reward_client.rlinf.env_adapters as f; "
+        "from reward_client import raw_batch; import reward_protocol.raw_batch as g; "
+        "assert a is b and c is d and e is f and raw_batch is g; print('ok')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.stdout.strip() == "ok", result.stderr

@@ -1,4 +1,4 @@
-"""Pixels cast to the model's dtype in the server's process (engines/vllm_pixel_dtype.py), on vLLM's
+"""Pixels cast to the model's dtype in the server's process (engines/vllm/pixel_dtype.py), on vLLM's
 own processed-input classes, built the way its Qwen2.5-VL processor builds them: only pixel tensors
 change, to exactly what the vision tower's own cast on the GPU gives; timing and grids stay."""
 
@@ -8,7 +8,7 @@ import torch
 from transformers import BatchFeature
 from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 
-from reward_server.engines.vllm_pixel_dtype import cast_pixels
+from reward_server.engines.vllm.pixel_dtype import cast_pixels
 
 
 def _engine_input(seed: int = 0) -> dict:

@@ -1,4 +1,4 @@
-"""engines/vllm_pixel_norm.py: uint8 patches normalized in the vision tower give the processor's own
+"""engines/vllm/pixel_norm.py: uint8 patches normalized in the vision tower give the processor's own
 float32 patches bit for bit. Checked on the tiny checkpoint's real HF processor, and on a torch
 module standing in for vLLM's vision tower (only its forward's first argument matters to the
 wrapper); the real vLLM path is tests/engine/test_pixel_norm.py."""
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from reward_server.engines.vllm_pixel_norm import (
+from reward_server.engines.vllm.pixel_norm import (
     RAW_PIXELS,
     check_exact,
     normalize,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from reward_client.protocol import BackendKwargs
+from reward_protocol.score import BackendKwargs
 from reward_server.engines.io import ChatPrompt, ImagePart, TextPart, Turn, VideoPart
 from reward_server.engines.prompting import PromptCache, load_processor, render
 from reward_server.profiles import load_profile

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from reward_client.protocol import BackendKwargs, BatchScoreRequest, InlineFrames, ScoreRequest
+from reward_protocol.score import BackendKwargs, BatchScoreRequest, InlineFrames, ScoreRequest
 from tests.helpers.episodes import inline
 
 

@@ -28,7 +28,7 @@ def test_every_patch_applies_checks_and_reverts_the_maniskill_env_too(tmp_path):
     assert first.returncode == 0, first.stderr
     assert f"applied to {TARGET}" in first.stdout and "applied to rlinf/envs/libero/libero_env.py" in first.stdout
     py_compile.compile(str(target), doraise=True)
-    assert "reward_client.env_adapters" in target.read_text()
+    assert "reward_client.env_adapters" in target.read_text()  # the patch keeps the old path (an alias)
     for run in RUNS:
         assert (tree / "examples" / "embodiment" / "config" / f"{_config(run)}.yaml").is_file()
     check = apply_patches(str(tree), "--check")

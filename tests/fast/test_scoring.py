@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from reward_client.protocol import ParseStatus
+from reward_protocol.score import ParseStatus
 from reward_server.profiles import load_profile
 from reward_server.profiles.parsing import logprob_score
 

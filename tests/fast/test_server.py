@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-from reward_client import raw_batch
 from reward_client.client import RetryPolicy, RewardClient
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol import raw_batch
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from reward_server.media.video import fit_frames
 from tests.helpers.episodes import TASK, episode_frames, inline
 from tests.helpers.episodes import score_body as body
@@ -144,7 +144,7 @@ def test_admission_refuses_beyond_max_queue_then_recovers(slow):
         RewardClient(slow.url, RetryPolicy(deadline_s=60, backoff_max_s=0.5)) as client,
         cf.ThreadPoolExecutor(8) as pool,
     ):
-        from reward_client.protocol import ScoreRequest
+        from reward_protocol.score import ScoreRequest
 
         done = list(pool.map(lambda _: client.score(ScoreRequest.model_validate(heavy)), range(8)))
     assert len(done) == 8
@@ -284,7 +284,7 @@ def test_bearer_scheme_is_case_insensitive():
 
 
 def test_profiling_routes_say_how_to_turn_the_profiler_on(server):
-    """/start_profile and /stop_profile trace vLLM's engine (engines/vllm_profiler.py); another
+    """/start_profile and /stop_profile trace vLLM's engine (engines/vllm/profiler.py); another
     engine, or vLLM without --engine-option profile_dir, is answered 400 with what to do."""
     for route in ("/start_profile", "/stop_profile"):
         r = post(f"{server.url}{route}")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardUnavailable
-from reward_client.protocol import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
+from reward_protocol.score import BackendKwargs, InlineFrames, ScoreOptions, ScoreRequest
 from tests.helpers.servers import InProcessServer, stats
 
 

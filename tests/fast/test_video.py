@@ -1,4 +1,4 @@
-"""Frame rules every engine depends on (reward_client.frames.FrameSpec, shared by client and
+"""Frame rules every engine depends on (reward_protocol.frames.FrameSpec, shared by client and
 server), and the decoder: exact picks from a stream, confinement, clear errors."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from reward_client.frames import QWEN2_5_VL as SPEC
-from reward_client.frames import FrameError
 from reward_client.video_io import encode_mp4, write_mp4
+from reward_protocol.frames import QWEN2_5_VL as SPEC
+from reward_protocol.frames import FrameError
 from reward_server.media.paths import FileNotFound, InvalidPath, PathNotAllowed, open_confined
 from reward_server.media.video import VideoError, decode_frames, fit_frames, pick_frames
 

@@ -17,12 +17,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from reward_client import raw_batch
-from reward_client.env_adapters import ManiSkillAdapter
-from reward_client.frames import QWEN2_5_VL
-from reward_client.protocol import InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
-from reward_client.rlinf_config import RewardModelConfig
-from reward_client.rlinf_hook import VLMRewardHook
+from reward_client.rlinf.config import RewardModelConfig
+from reward_client.rlinf.env_adapters import ManiSkillAdapter
+from reward_client.rlinf.hook import VLMRewardHook
+from reward_protocol import raw_batch
+from reward_protocol.frames import QWEN2_5_VL
+from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest, ViewFrames
 from tests.helpers.envs import StandInManiskill, env_cfg
 from tests.helpers.servers import InProcessServer
 
@@ -151,7 +151,7 @@ def test_the_server_refuses_views_that_do_not_show_the_same_moments(server):
 
 
 def test_primo_r1_keeps_its_layout_with_a_named_clip_per_camera():
-    from reward_client.protocol import BackendKwargs
+    from reward_protocol.score import BackendKwargs
     from reward_server.engines.io import ImagePart, TextPart, VideoPart
     from reward_server.profiles.primo_r1 import PrimoR1Profile
 

@@ -1,4 +1,4 @@
-"""engines/vllm_vision_mlp.py: padding a vision MLP to an aligned width changes its GEMM shapes,
+"""engines/vllm/vision_mlp.py: padding a vision MLP to an aligned width changes its GEMM shapes,
 not what it computes. Checked here on torch layers laid out as vLLM's (a merged [gate; up]
 projection with bias, a down projection), in float64 where the two must agree exactly; the real
 vLLM path is tests/engine/test_vision_mlp_align.py."""
@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from reward_server.engines.vllm_vision_mlp import align_vision_mlps, pad_mlp
+from reward_server.engines.vllm.vision_mlp import align_vision_mlps, pad_mlp
 
 torch = pytest.importorskip("torch")
 
@@ -80,7 +80,7 @@ def test_an_encoder_vllm_compiled_or_captured_is_left_unpadded(switch, why):
     their replays reading the storage the padding replaced, so the worker refuses and says why."""
     from vllm.config import CompilationConfig
 
-    from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
+    from reward_server.engines.vllm.vision_mlp import VisionMlpAlignment
 
     gate_up, down = _mlp(hidden=40, width=100)
     block = types.SimpleNamespace(mlp=types.SimpleNamespace(gate_up_proj=gate_up, down_proj=down))

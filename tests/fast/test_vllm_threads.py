@@ -1,4 +1,4 @@
-"""Torch's CPU threads beside a vLLM engine (engines/vllm_threads.py): one per process on GPUs
+"""Torch's CPU threads beside a vLLM engine (engines/vllm/threads.py): one per process on GPUs
 unless the user says otherwise, and the engine core, started after, gets the same count. The
 engine's input threads: two unless the user says otherwise."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reward_server import cli
-from reward_server.engines.vllm_threads import ENV, input_threads, wanted_threads
+from reward_server.engines.vllm.threads import ENV, input_threads, wanted_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_the_process_started_after_uses_the_same_count(tmp_path):
     script = textwrap.dedent(
         """
         import multiprocessing, torch
-        from reward_server.engines.vllm_threads import use_threads
+        from reward_server.engines.vllm.threads import use_threads
 
         def child(queue):
             import torch

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reward_client.protocol import InlineFrames
 from reward_client.video_io import write_mp4
+from reward_protocol.score import InlineFrames
 
 
 def episode_frames(steps: int = 24, size: int = 64, seed: int = 0) -> np.ndarray:

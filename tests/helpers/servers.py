@@ -196,7 +196,7 @@ def scores_and_greedy_answers(flags: list[str], checkpoint: str, video_dir: Path
     """`episodes` small episodes scored twice in one batch by a server of `flags`, once as a
     log-probability score and once as 8 greedy tokens: [(score, model_output)] in order, and the
     server's log. Two settings that must not change what the model sees compare equal on these."""
-    from reward_client.protocol import BackendKwargs, ScoreOptions
+    from reward_protocol.score import BackendKwargs, ScoreOptions
     from tests.helpers.episodes import episode_frames
 
     frames = [episode_frames(steps=8, size=56, seed=seed) for seed in range(episodes)]

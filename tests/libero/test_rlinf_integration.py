@@ -376,8 +376,8 @@ def test_dense_rewards_reach_rlinfs_rollout_buffer_at_their_steps(libero_python,
     ends, and sum to reward_coef x score; what the env logged as its return is reward_coef x score.
     The same with asynchronous judging: the env emits nothing for the judge while the rollout
     goes on, and the same rewards reach the buffer and the same return the log."""
-    from reward_client.dense import point_frames
-    from reward_client.frames import QWEN2_5_VL
+    from reward_client.rlinf.dense import point_frames
+    from reward_protocol.frames import QWEN2_5_VL
 
     steps = 24
     runs = {}

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reward_client import raw_batch
-from reward_client.protocol import BackendKwargs, ScoreOptions
+from reward_protocol import raw_batch
+from reward_protocol.score import BackendKwargs, ScoreOptions
 from tests.helpers.episodes import TASK, inline, ramp
 from tests.helpers.servers import InProcessServer, get, post
 

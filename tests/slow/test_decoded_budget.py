@@ -8,9 +8,9 @@ import time
 import psutil
 import pytest
 
-from reward_client.frames import QWEN2_5_VL
-from reward_client.protocol import MAX_MAX_PIXELS
 from reward_client.video_io import write_mp4
+from reward_protocol.frames import QWEN2_5_VL
+from reward_protocol.score import MAX_MAX_PIXELS
 from reward_server.media.decoded_budget import decoded_bytes
 from reward_tools.decoded_memory import synthetic_video
 from reward_tools.launch import ServerProcess

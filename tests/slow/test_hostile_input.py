@@ -175,8 +175,8 @@ def test_json_bodies_up_to_the_derived_limit_parse_and_memory_errors_are_413(roo
         r = post(f"{s.url}/score/batch", content=over, headers={"content-type": "application/json"}, timeout=120)
         assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large", r.text[:300]
         assert "--decode-memory-mb 256" in r.json()["error"]["message"]
-        from reward_client import raw_batch
-        from reward_client.protocol import ScoreOptions
+        from reward_protocol import raw_batch
+        from reward_protocol.score import ScoreOptions
 
         raw = raw_batch.encode([(ScoreOptions(task_text=TASK), frames)] * 8).tobytes()
         r = post(f"{s.url}/score/batch", content=raw, headers={"content-type": raw_batch.CONTENT_TYPE}, timeout=120)

@@ -19,14 +19,14 @@ This one times the worker's own calls and appends one JSON line per call to PATH
 
 Every full collection, inside a call or between calls, also gets a line of its own: `what: "gc"`,
 its `t0`/`t1` and how many objects it freed. A full collection scans every object the process has
-not frozen and holds the interpreter that launches the kernels (engines/vllm_heap.py).
+not frozen and holds the interpreter that launches the kernels (engines/vllm/heap.py).
 
 Why (issue 40, fifth round): the step log put the first step of each 64-episode batch 0.22-0.28 s
 after the batch began. Timed here, the worker started it at 71 ms: with vLLM's asynchronous
 scheduling a step's output is handed over only after the next step has been launched.
 
 Like the other worker features it is a mixin of the engine's worker extension
-(engines/vllm_worker.py), called once after start through `collective_rpc`; off unless asked for.
+(engines/vllm/worker.py), called once after start through `collective_rpc`; off unless asked for.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ logits turn rounding into other greedy tokens, 32-token answers matched on 37-45
 between on and off, and on 50 (on) and 61 (off) of 64 between two servers of one setting.
 
 It runs inside vLLM's worker: `ModalityBatching` is a mixin of the engine's vLLM
-`worker_extension_cls` (engines/vllm_worker.py, which adds its method to the worker), and the
+`worker_extension_cls` (engines/vllm/worker.py, which adds its method to the worker), and the
 engine calls the method once through
 `collective_rpc` after the engine started: by default on GPUs, where it was measured (one H200,
 PRIMO-R1, 64 episodes: the prefill alone 8.2 -> 4.2 s, 256 new tokens 9.8 -> 5.9 s;

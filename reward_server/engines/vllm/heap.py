@@ -10,7 +10,7 @@ the GPU while a batch starts.
 
 This is the server's own freeze (media/memory_release.freeze_startup_heap) done in vLLM's worker
 process, called once after the warm-up through `collective_rpc` (a mixin of the worker extension,
-engines/vllm_worker.py). With one GPU the worker runs inside the engine core, so the core's heap is
+engines/vllm/worker.py). With one GPU the worker runs inside the engine core, so the core's heap is
 the one frozen. Reference counting still frees frozen objects; only the cycle collector skips them.
 """
 

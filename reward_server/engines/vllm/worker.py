@@ -11,11 +11,11 @@ addition is a mixin here). The engine calls each method once after vLLM started,
 
 from __future__ import annotations
 
-from reward_server.engines.vllm_encoder_batching import ModalityBatching
-from reward_server.engines.vllm_heap import HeapFreeze
-from reward_server.engines.vllm_pixel_norm import PixelNormalization
-from reward_server.engines.vllm_step_timing import StepTiming
-from reward_server.engines.vllm_vision_mlp import VisionMlpAlignment
+from reward_server.engines.vllm.encoder_batching import ModalityBatching
+from reward_server.engines.vllm.heap import HeapFreeze
+from reward_server.engines.vllm.pixel_norm import PixelNormalization
+from reward_server.engines.vllm.step_timing import StepTiming
+from reward_server.engines.vllm.vision_mlp import VisionMlpAlignment
 
 
 class RewardWorkerExtension(ModalityBatching, VisionMlpAlignment, PixelNormalization, StepTiming, HeapFreeze):

@@ -1,5 +1,5 @@
 """vLLM's side of reward_server.engines.step_floor: a logits processor the engine core loads by
-name (`reward_server.engines.vllm_step_floor:VllmStepFloor`), reading its floor from vLLM's
+name (`reward_server.engines.vllm.step_floor:VllmStepFloor`), reading its floor from vLLM's
 `additional_config`. Imported only inside vLLM's engine process."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ requested-id logprobs to every request of that step, so a request asking for top
 alternatives never shares a step with one asking by id (`_LogprobKinds`).
 
 Video and image items carry ids (vLLM's `multi_modal_uuids`) instead of content hashes: unique to one
-request, or to one progress curve whose points share their clips (engines/vllm_curves.py). vLLM
+request, or to one progress curve whose points share their clips (engines/vllm/curves.py). vLLM
 then hashes no pixels, and its multimodal processor cache can only hit inside one curve, never
 on an item another (perhaps aborted) request left in its front-end half, which is how the two
 halves used to drift apart when a client resent an aborted episode.
@@ -54,30 +54,30 @@ from reward_server.engines.base import (
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
-from reward_server.engines.vllm_cache_hits import OPTION as CACHE_HITS
-from reward_server.engines.vllm_cache_hits import install as skip_cached_hf_calls
-from reward_server.engines.vllm_curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
-from reward_server.engines.vllm_encoder_batching import METHOD as BATCHING_METHOD
-from reward_server.engines.vllm_encoder_batching import OPTION as BATCHING
-from reward_server.engines.vllm_heap import METHOD as FREEZE_METHOD
-from reward_server.engines.vllm_heap import OPTION as FREEZE
-from reward_server.engines.vllm_options import check_supported
-from reward_server.engines.vllm_pixel_dtype import OPTION as PIXEL_DTYPE
-from reward_server.engines.vllm_pixel_dtype import cast_pixels
-from reward_server.engines.vllm_pixel_norm import METHOD as NORM_METHOD
-from reward_server.engines.vllm_pixel_norm import OPTION as NORM
-from reward_server.engines.vllm_pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
-from reward_server.engines.vllm_profiler import OPTION as PROFILE_DIR
-from reward_server.engines.vllm_profiler import configured as profiler_configured
-from reward_server.engines.vllm_profiler import profiler_config
-from reward_server.engines.vllm_step_timing import METHOD as TIMING_METHOD
-from reward_server.engines.vllm_step_timing import OPTION as TIMING
-from reward_server.engines.vllm_threads import INPUT_OPTION as INPUT_THREADS
-from reward_server.engines.vllm_threads import OPTION as THREADS
-from reward_server.engines.vllm_threads import input_threads, use_threads, wanted_threads
-from reward_server.engines.vllm_vision_mlp import METHOD as ALIGN_METHOD
-from reward_server.engines.vllm_vision_mlp import OPTION as ALIGN
-from reward_server.engines.vllm_worker import FQCN as WORKER_FQCN
+from reward_server.engines.vllm.cache_hits import OPTION as CACHE_HITS
+from reward_server.engines.vllm.cache_hits import install as skip_cached_hf_calls
+from reward_server.engines.vllm.curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
+from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHOD
+from reward_server.engines.vllm.encoder_batching import OPTION as BATCHING
+from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
+from reward_server.engines.vllm.heap import OPTION as FREEZE
+from reward_server.engines.vllm.options import check_supported
+from reward_server.engines.vllm.pixel_dtype import OPTION as PIXEL_DTYPE
+from reward_server.engines.vllm.pixel_dtype import cast_pixels
+from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
+from reward_server.engines.vllm.pixel_norm import OPTION as NORM
+from reward_server.engines.vllm.pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
+from reward_server.engines.vllm.profiler import OPTION as PROFILE_DIR
+from reward_server.engines.vllm.profiler import configured as profiler_configured
+from reward_server.engines.vllm.profiler import profiler_config
+from reward_server.engines.vllm.step_timing import METHOD as TIMING_METHOD
+from reward_server.engines.vllm.step_timing import OPTION as TIMING
+from reward_server.engines.vllm.threads import INPUT_OPTION as INPUT_THREADS
+from reward_server.engines.vllm.threads import OPTION as THREADS
+from reward_server.engines.vllm.threads import input_threads, use_threads, wanted_threads
+from reward_server.engines.vllm.vision_mlp import METHOD as ALIGN_METHOD
+from reward_server.engines.vllm.vision_mlp import OPTION as ALIGN
+from reward_server.engines.vllm.worker import FQCN as WORKER_FQCN
 
 logger = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ class VllmEngine(Engine):
         if (profiler := profiler_config(c.options)) is not None:
             kwargs["profiler_config"] = profiler
         if c.options.get(OPTION):
-            from reward_server.engines.vllm_step_floor import FQCN
+            from reward_server.engines.vllm.step_floor import FQCN
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
             kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
@@ -410,15 +410,15 @@ class VllmEngine(Engine):
 
     def encoder_batching(self) -> bool:
         """Whether each vLLM step encodes its images and videos in one call per modality
-        (engines/vllm_encoder_batching.py; PRIMO-R1's prefill 2x faster on an H200)."""
+        (engines/vllm/encoder_batching.py; PRIMO-R1's prefill 2x faster on an H200)."""
         return self._on_gpus_unless(BATCHING)
 
     def vision_mlp_aligned(self) -> bool:
-        """Whether the vision tower's MLP is padded to an aligned width (engines/vllm_vision_mlp.py)."""
+        """Whether the vision tower's MLP is padded to an aligned width (engines/vllm/vision_mlp.py)."""
         return self._on_gpus_unless(ALIGN)
 
     def worker_methods(self) -> list[str]:
-        """The methods of our worker extension (engines/vllm_worker.py) start() calls, in order;
+        """The methods of our worker extension (engines/vllm/worker.py) start() calls, in order;
         none when the user names a worker extension of their own."""
         if "worker_extension_cls" in self.config.options:
             return []
@@ -431,7 +431,7 @@ class VllmEngine(Engine):
         return [method for on, method in wanted if on]
 
     def freezes_engine_heap(self) -> bool:
-        """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm_heap.py): unless
+        """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm/heap.py): unless
         `--engine-option freeze_engine_heap=false` or the user names a worker extension of their own."""
         if "worker_extension_cls" in self.config.options:
             return False
