@@ -24,7 +24,7 @@
 # starts train_embodied_agent.py itself exactly as run_embodiment.sh does, plus the overrides
 # (and the reward server's URL for B/C), with RLINF_PYTHON (default: python), under
 # RUN_TIMEOUT_S if set (a dead Ray worker can hang the driver).
-# Afterwards: python scripts/compare_runs.py --run A=... --run B=... --run C=... (printed).
+# Afterwards: python -m reward_tools.compare_runs --run A=... --run B=... --run C=... (printed).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -189,6 +189,6 @@ for run in "${run_list[@]}"; do
   fi
 done
 if [ ${#summary[@]} -gt 0 ]; then
-  log "compare: $PY $ROOT/scripts/compare_runs.py ${summary[*]} --out $out/compare"
+  log "compare: PYTHONPATH=$ROOT $PY -m reward_tools.compare_runs ${summary[*]} --out $out/compare"
 fi
 exit $status

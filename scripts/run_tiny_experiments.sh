@@ -200,9 +200,9 @@ for run in "${run_list[@]}"; do
   if [ -d "$log_path/tensorboard" ]; then compare+=("--run" "$run=$log_path"); fi
 done
 [ ${#compare[@]} -gt 0 ] || die "no run wrote TensorBoard logs; see $out/run*/console.log"
-"$PY" "$ROOT/scripts/compare_runs.py" "${compare[@]}" --out "$out/compare" \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m reward_tools.compare_runs "${compare[@]}" --out "$out/compare" \
   --metric env/success_once --metric env/return --metric env/vlm_score --metric train/actor/grad_norm \
   --title "Tiny ${runs//,/\/} ($env_name) through RLinf $version's train_embodied_agent.py (mlp_policy, random-weight judge)"
-"$PY" "$ROOT/scripts/tiny_summary.py" "${compare[@]}" | tee "$out/summary.txt"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m reward_tools.tiny_summary "${compare[@]}" | tee "$out/summary.txt"
 log "done in $((SECONDS - start)) s: $out/compare.png"
 exit $status

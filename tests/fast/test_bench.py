@@ -11,7 +11,7 @@ import pytest
 
 def test_client_bench_reports_bounded_buffers_and_cpu_per_episode():
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_client.py", "--envs", "4", "--steps", "64", "--size", "64"],
+        [sys.executable, "-m", "reward_tools.benchmarks.client", "--envs", "4", "--steps", "64", "--size", "64"],
         capture_output=True,
         text=True,
         check=True,

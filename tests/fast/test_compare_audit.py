@@ -34,9 +34,10 @@ def test_audit_scalars_of_b_and_c_side_by_side(tmp_path):
     out = tmp_path / "cmp" / "abc"
     runs = [f"--run={n}={tmp_path / n}" for n in "ABC"]
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "compare_runs.py"), "--out", str(out), *runs],
+        [sys.executable, "-m", "reward_tools.compare_runs", "--out", str(out), *runs],
         capture_output=True,
         text=True,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
     assert "run A logs no judge audit" in result.stderr

@@ -1,4 +1,4 @@
-"""scripts/run_experiments.sh and scripts/compare_runs.py against a patched RLinf tree.
+"""scripts/run_experiments.sh and reward_tools/compare_runs.py against a patched RLinf tree.
 
 RLinf's own launcher (run_embodiment.sh) needs GPUs, Ray and OpenVLA-OFT weights, so here a
 scripted stand-in takes its place (tests/helpers/rlinf.py): an unpatched checkout is refused, and

@@ -131,7 +131,13 @@ for name in sys.argv[1:]:
 print(json.dumps(results))
 """
     names = [m for p in ("reward_protocol", "reward_client", "reward_server", "reward_tools") for m in _modules(p)]
-    heavy = {"reward_server.engines.vllm.engine", "reward_server.ray_serve"}  # import fine, lazily heavy
+    heavy = {  # import fine, lazily heavy (vLLM, Ray)
+        "reward_server.engines.vllm.engine",
+        "reward_server.engines.vllm.harness",
+        "reward_server.ray_serve",
+        "reward_tools.benchmarks.curve_feed",
+        "reward_tools.benchmarks.input_processing",
+    }
     out = subprocess.run(
         [sys.executable, "-c", code, *[n for n in names if n not in heavy]],
         capture_output=True,
@@ -178,3 +184,19 @@ def test_old_client_import_paths_are_the_moved_modules():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_tools_have_one_home_and_nothing_outside_the_tests_imports_them():
+    """Python tools live in reward_tools (scripts/ keeps shell entry points and the API-doc generator),
+    no module outside tests/ imports from tests/, and no benchmark reaches into an engine's private
+    members (the input side's steps are reward_server.engines.vllm.harness)."""
+    assert sorted(p.name for p in (REPO / "scripts").glob("*.py")) == ["gen_api_docs.py"]
+    found = {}
+    for package in ("reward_protocol", "reward_client", "reward_server", "reward_tools", "scripts"):
+        for path in (REPO / package).rglob("*.py"):
+            text = path.read_text()
+            if re.search(r"^\s*(from|import)\s+tests\b", text, flags=re.M):
+                found[str(path.relative_to(REPO))] = "imports tests"
+            if package == "reward_tools" and re.search(r"\bengine\._[a-z]", text):
+                found[str(path.relative_to(REPO))] = "touches engine._*"
+    assert not found, found

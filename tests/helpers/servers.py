@@ -9,7 +9,6 @@ import io
 import json
 import re
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -17,11 +16,7 @@ import httpx
 import numpy as np
 
 from reward_client.video_io import write_mp4
-from reward_server.bootstrap import build_service
-from reward_server.http.app import build_app
-from reward_server.http.connections import DrainingServer, server_config
-from reward_server.settings import ServerSettings
-from reward_tools.launch import ServerProcess, free_port
+from reward_tools.launch import ServerProcess
 from tests.helpers.episodes import TASK
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,51 +31,6 @@ STEP_FLOOR_MS = 10
 LONG_TOKENS = 4000
 STEP_FLOOR_FLAGS = ("--engine-option", f"step_floor_ms={STEP_FLOOR_MS}")
 LONG_FLAGS = ("--max-model-len", "16384", "--max-tokens-limit", str(LONG_TOKENS), *STEP_FLOOR_FLAGS)
-
-
-class InProcessServer:
-    """The real app and HTTP server (uvicorn, guards, drain) on 127.0.0.1 in a thread."""
-
-    def __init__(self, **settings):
-        settings.setdefault("engine", "fake")
-        settings.setdefault("decode_workers", 1)
-        self.settings = ServerSettings(port=free_port(), **settings)
-        self.service = build_service(self.settings)
-        self.app = build_app(self.service)
-        self.server = DrainingServer(
-            server_config(self.app, self.settings), self.service, self.settings.shutdown_timeout_s, hard_exit=False
-        )
-        self.thread = threading.Thread(target=self.server.run, name="in-process-server", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.settings.port}"
-
-    @property
-    def engine(self):
-        return self.service.engine
-
-    def start(self, timeout: float = 60.0) -> InProcessServer:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.server.started and self.service.status != "loading":
-                return self
-            if not self.thread.is_alive():
-                raise RuntimeError("in-process server stopped while starting")
-            time.sleep(0.02)
-        raise TimeoutError("in-process server did not start")
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.server.should_exit = True
-            self.thread.join(30)
-
-    def __enter__(self) -> InProcessServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def post(*args, **kwargs) -> httpx.Response:

@@ -8,7 +8,7 @@ dummy text and no media, and every output of that call is dropped (the text's id
 field of the model's is in it). vLLM 0.32 skips the call when there is nothing to process. A
 16-point progress curve has seven such points (the ones ending on a whole frame pair: their clips
 are all the longest point's); on one H200 host they took 10.3 of the 52.8 ms a curve's input
-processing took on one thread (scripts/bench_input_processing.py --points 16, issue 40's twelfth
+processing took on one thread (reward_tools/benchmarks/input_processing.py --points 16, issue 40's twelfth
 round), each a whole processor call: transformers merging and validating its keyword arguments,
 the tokenizer on the dummy text.
 

@@ -648,7 +648,7 @@ class VllmEngine(Engine):
         template and the tokenizer run in the pool too: on the event loop they gave up the
         interpreter lock inside the tokenizer and waited to get it back behind the busy input
         threads, once per request (a 16-point curve batch is 1024 of them), while the loop is what
-        hands processed inputs to vLLM (scripts/bench_input_processing.py --concurrent measures
+        hands processed inputs to vLLM (reward_tools/benchmarks/input_processing.py --concurrent measures
         both)."""
         return await self._in_pool(self._prepare_and_render, request, cap)
 

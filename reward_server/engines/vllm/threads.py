@@ -9,7 +9,7 @@ episode per thread), and vLLM's engine core, which gathers each step's pixels wi
 threads in each of them and every core busy, that copy waits for descheduled pool threads. On an
 H200 machine of 16 cores, 64 episodes on the hook path took 1.65 s with one thread against 1.68 s
 with 16 (medians of 15, three pairs), the encoder's calls a median 34 ms against 49 ms
-(docs/bench/h200_2026-11-29_issue40_round6/; `scripts/bench_torch_threads.py` shows the copy on
+(docs/bench/h200_2026-11-29_issue40_round6/; `reward_tools/benchmarks/torch_threads.py` shows the copy on
 a CPU). vLLM 0.24 sets one thread only for the worker processes it starts when it runs several
 (`OMP_NUM_THREADS=1` unless set); a single-GPU engine runs its worker inside the engine core,
 where it does not. vLLM 0.32 sets one thread in the engine core for serving itself (an
@@ -37,7 +37,7 @@ INPUT_OPTION = "preprocess_threads"
 # (the HF processor, vLLM's field layout), so more of them mostly wait for it, and the same inputs
 # cost more CPU: on an H200 host of 16 cores, the 1024 prompts of 64 16-point curves took 3.7-3.8 s
 # to process with one or two threads, 4.4 s with four and 4.9-5.4 s with eight
-# (scripts/bench_curve_feed.py, issue 40's tenth round). Two keep one slow request from holding up
+# (reward_tools/benchmarks/curve_feed.py, issue 40's tenth round). Two keep one slow request from holding up
 # the others.
 INPUT_DEFAULT = 2
 

@@ -1,7 +1,7 @@
 """What a busy machine does to the engine core's pixel concatenation, by torch thread count
 (reward_server/engines/vllm/threads.py).
 
-    python scripts/bench_torch_threads.py [--episodes 16] [--busy 0] [--repeats 20]
+    python -m reward_tools.benchmarks.torch_threads [--episodes 16] [--busy 0] [--repeats 20]
 
 Before the vision encoder runs, vLLM's engine core concatenates a step's pixel patches on the CPU
 (`torch.cat(..., out=...)`, uint8, 16 episodes of 2592 x 1176: 49 MB) while the GPU waits. This

@@ -14,7 +14,7 @@ import logging
 import re
 from pathlib import Path
 
-from tb_scalars import event_dir, read_scalars  # this script's folder is first on sys.path
+from reward_tools.tb_scalars import event_dir, read_scalars
 
 logger = logging.getLogger("compare_runs")
 

@@ -8,7 +8,7 @@ batch two ways on one engine, side by side:
   point of each chain of clips, then the others), then all handed to vLLM at once. Its `engine_s` is what the
   engine needs for the batch when nothing waits on input processing; `input_s` is that processing.
 
-    python scripts/bench_curve_feed.py [--points 1,16] [--episodes 64] [--repeats 3] [--out FILE] \
+    python -m reward_tools.benchmarks.curve_feed [--points 1,16] [--episodes 64] [--repeats 3] [--out FILE] \
         -- --engine vllm --model-path CKPT [the server's engine flags]
 
 If `fed` takes about `ready`'s `engine_s`, the engine is the limit and faster input processing
@@ -41,6 +41,7 @@ from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.io import EngineRequest
 from reward_server.engines.vllm.curves import assign_clip_ids, leaders_first
 from reward_server.engines.vllm.engine import VllmEngine, request_failure
+from reward_server.engines.vllm.harness import InputHarness
 from reward_server.media.decoding import prepare_raw
 
 logger = logging.getLogger("bench_curve_feed")
@@ -90,17 +91,17 @@ class FeedBench:
         return {"wall_s": end - start, "failed": failed, "window": (start, end)}
 
     async def ready(self, curves: list[list[EngineRequest]]) -> dict:
-        engine = self.engine
+        harness = InputHarness(self.engine)
 
         async def process(curve: list[EngineRequest]) -> list[tuple[str, object, object]]:
             leaders, others = leaders_first(curve)  # as vllm_curves.run_curve: each chain's longest first
-            if engine._curves.clip_ids:
+            if harness.curve_clip_ids:
                 assign_clip_ids(curve, uuid.uuid4().hex)
-            first = await asyncio.gather(*(engine._input(r, None) for r in leaders))
-            rest = await asyncio.gather(*(engine._input(r, None) for r in others))
+            first = await asyncio.gather(*(harness.process(r) for r in leaders))
+            rest = await asyncio.gather(*(harness.process(r) for r in others))
             return [
                 (request.request_id, prompt, params)
-                for request, ((_inputs, params, prompt), _s) in zip([*leaders, *others], [*first, *rest], strict=True)
+                for request, (_inputs, params, prompt) in zip([*leaders, *others], [*first, *rest], strict=True)
             ]
 
         start = time.monotonic()
@@ -109,7 +110,7 @@ class FeedBench:
         # created in this order, each task hands its input to vLLM before it first waits, so each
         # chain's longest point reaches both halves of the processor cache before its other points
         finals = await asyncio.gather(
-            *(engine._submit(rid, prompt, params) for curve in processed for rid, prompt, params in curve),
+            *(harness.submit(rid, prompt, params) for curve in processed for rid, prompt, params in curve),
             return_exceptions=True,
         )
         end = time.monotonic()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What judging costs a rollout epoch, synchronous and asynchronous, beside no judge at all.
 
-    python scripts/bench_async_rollout.py [--envs libero,maniskill] [--delay-ms 3000] [--repeats 5] \\
+    python -m reward_tools.benchmarks.async_rollout [--envs libero,maniskill] [--delay-ms 3000] [--repeats 5] \\
         [--out docs/bench/cpu_async_rollout_2026-11-25.json]
 
 (--envs libero, then --envs maniskill: two shorter calls that fill the same --out file.)
@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("off", "sync", "async")
 logger = logging.getLogger("bench_async_rollout")
 
@@ -110,7 +110,7 @@ def drive_libero(args) -> dict:
     from rlinf.envs.libero.libero_env import LiberoEnv
 
     from reward_client.rlinf.hook import VLMRewardHook
-    from tests.libero_driver import compose_env_config, goal_state
+    from reward_tools.libero_sim import compose_env_config, goal_state
 
     chunk, chunks = 4, args.libero_steps // 4
     goals = {2: 0, 5: 1}  # chunk -> the env that reaches its goal then

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What a taught classifier saves, and what labeling costs beyond the judge.
 
-    python scripts/bench_reward_model.py classifier [--device cpu] [--sizes 64,224] [--batches 1,8,64]
-    python scripts/bench_reward_model.py judge --url URL [--episodes 32] [--batch 16] [--nframes 16] [--size 256]
-    python scripts/bench_reward_model.py overhead --url URL [--episodes 64] [--batch 16] [--rounds 3]
+    python -m reward_tools.benchmarks.reward_model classifier [--device cpu] [--sizes 64,224] [--batches 1,8,64]
+    python -m reward_tools.benchmarks.reward_model judge --url URL [--episodes 32] [--batch 16] [--nframes 16]
+        [--size 256]
+    python -m reward_tools.benchmarks.reward_model overhead --url URL [--episodes 64] [--batch 16] [--rounds 3]
 
 classifier: RLinf's reward classifier's shape (ResNet18 with a 256-unit MLP head, frames resized
 to 224x224 and normalized as its `preprocess_images` does; built from torchvision here, random
@@ -32,9 +33,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def _client(url: str):

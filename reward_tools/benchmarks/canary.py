@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What canary probes cost: the RLinf hook with and without them, side by side, one run, one server.
 
-    python scripts/bench_canary.py --launch "--config configs/server/cpu_tiny.yaml --engine hf" \\
+    python -m reward_tools.benchmarks.canary --launch "--config configs/server/cpu_tiny.yaml --engine hf" \\
         [--envs 64] [--fraction 0.1] [--rounds 3] --out docs/bench/cpu_canary.json
-    python scripts/bench_canary.py --url http://127.0.0.1:18080 ...
+    python -m reward_tools.benchmarks.canary --url http://127.0.0.1:18080 ...
 
 Two hooks (VLMRewardHook, as inside LiberoEnv, 256x256 frames) drive the same synthetic rollout
 epochs against the same server: a few envs succeed one by one (one small batch each), then every

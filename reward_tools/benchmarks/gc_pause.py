@@ -1,7 +1,7 @@
 """How long one full garbage collection holds the interpreter in a server-like process, before and
 after the start-up heap is frozen (reward_server.media.memory_release.freeze_startup_heap).
 
-    python scripts/bench_gc_pause.py [--repeats 3] [--out FILE.json]
+    python -m reward_tools.benchmarks.gc_pause [--repeats 3] [--out FILE.json]
 
 Imports what the vLLM engine's process holds (vllm, torch, transformers, the checkpoint's processor
 when the tiny one is built, the server), then times gc.collect() `--repeats` times on each side of

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A burst of simultaneous requests over --max-connections against a local server (fake engine).
 
-    python scripts/bench_connection_burst.py [--requests 3000] [--max-connections 2048] [--hold-ms 5000]
+    python -m reward_tools.benchmarks.connection_burst [--requests 3000] [--max-connections 2048] [--hold-ms 5000]
 
 Opens every connection first, then sends one POST /score on each (the fake engine holds each
 served request --hold-ms, so the burst meets a full server), asks GET /health during the burst,

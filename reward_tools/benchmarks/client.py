@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Env-side cost of the VLM reward: CPU per finished episode and memory per env.
 
-    python scripts/bench_client.py [--envs 64] [--steps 512] [--nframes 16] [--size 256]
+    python -m reward_tools.benchmarks.client [--envs 64] [--steps 512] [--nframes 16] [--size 256]
 
 Runs the client's episode buffers over an episode of --steps frames for --envs envs (frames as
 LIBERO renders them, 256x256 RGB), then, for each transport the hook offers, builds every env's

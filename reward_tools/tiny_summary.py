@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-step summary of tiny A/B/C runs from the TensorBoard files RLinf's runner wrote.
 
-    python scripts/tiny_summary.py --run A=LOG_DIR --run B=LOG_DIR --run C=LOG_DIR
+    python -m reward_tools.tiny_summary --run A=LOG_DIR --run B=LOG_DIR --run C=LOG_DIR
 
 One line per run and training step: LIBERO's success, the env's mean episode return, the judge's
 mean score, fallbacks and latency, and what `algorithm.filter_rewards` did. RLinf logs no group
@@ -16,7 +16,7 @@ import math
 import sys
 from pathlib import Path
 
-from tb_scalars import read_scalars  # this script's folder is first on sys.path
+from reward_tools.tb_scalars import read_scalars
 
 COLUMNS = (
     ("env/success_once", "success", "{:.2f}"),

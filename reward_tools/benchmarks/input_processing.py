@@ -1,8 +1,8 @@
 """What vLLM's input processing costs per episode in the server (VllmEngine.prepare: the chat
-template and tokenizer; VllmEngine._render: the HF processor, vLLM's prompt update), one episode
+template and tokenizer; InputHarness.render: the HF processor, vLLM's prompt update), one episode
 after another on one thread.
 
-    python scripts/bench_input_processing.py --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
+    python -m reward_tools.benchmarks.input_processing --model-path CKPT [--episodes 32] [--frames 16] [--size 256]
         [--raw-pixels] [--points K [--partial-groups tail|shifted]] [--top 15] [--profile-out FILE]
         [--concurrent 2,4,8 [--repeats 3]] [--ab skip,call,skip_t4 [--repeats 4]] [--out FILE]
         [--engine-flags "SERVER FLAGS"]
@@ -23,7 +23,7 @@ same: a setting that changes what reaches the engine shows there.
 
 `--concurrent T1,T2,...` measures what the server does with a whole batch instead: all the episodes
 (or curves) at once through the engine's input pool of T threads (`preprocess_threads`), each
-request prepared and processed in one pool job as the engine does (`VllmEngine._input`), side by
+request prepared and processed in one pool job as the engine does (`InputHarness.process`), side by
 side with the former split that prepared each request on the event loop (`loop`), repeated
 (`--repeats`, new episodes each time, the two placements in alternating order). It prints each
 row's wall time per episode, the CPU time
@@ -51,7 +51,6 @@ import shlex
 import statistics
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from reward_protocol.score import DEFAULT_MAX_PIXELS, BackendKwargs
 from reward_server import cli
@@ -59,6 +58,7 @@ from reward_server.bootstrap import build_profile, engine_config
 from reward_server.core.warmup import WARMUP_TASK, synthetic_episode
 from reward_server.engines.vllm.curves import assign_clip_ids, leaders_first
 from reward_server.engines.vllm.engine import VllmEngine
+from reward_server.engines.vllm.harness import InputHarness
 from reward_server.media.decoding import prepare_raw
 
 
@@ -69,7 +69,8 @@ async def run(args: argparse.Namespace) -> dict:
     engine = VllmEngine(engine_config(settings))
     await engine.start()
     # uint8 patches as on a GPU, where the workers normalize them (the CPU engine has no such workers)
-    engine._raw_pixels = args.raw_pixels
+    harness = InputHarness(engine)
+    harness.ask_raw_pixels(args.raw_pixels)
     try:
 
         def build(seeds: range, tag: str = "") -> list[list]:
@@ -117,7 +118,7 @@ async def run(args: argparse.Namespace) -> dict:
                 start = time.perf_counter()
                 inputs, params = engine.prepare(request)
                 rendered = time.perf_counter()
-                prompt = engine._render(inputs, params, None)
+                prompt = harness.render(inputs, params)
                 prepare_s += rendered - start
                 took = time.perf_counter() - rendered
                 if inputs_out is not None:
@@ -289,6 +290,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
     """The batch at once through the engine's input pool: each row's wall and CPU time per episode
     and the event loop's lateness (see the module's notes)."""
     loop = asyncio.get_running_loop()
+    harness = InputHarness(engine)
     prepared_in: set[str] = set()  # the threads that ran VllmEngine.prepare in the row being measured
     prepare = engine.prepare
 
@@ -300,10 +302,10 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
 
     async def on_loop(request) -> None:  # the former split: prepared on the loop, processed in the pool
         inputs, params = engine.prepare(request)
-        await loop.run_in_executor(engine._prep_pool, engine._render, inputs, params, None)
+        await loop.run_in_executor(harness.input_pool, harness.render, inputs, params)
 
-    async def in_pool(request) -> None:  # the engine's own (VllmEngine._input)
-        await engine._input(request, None)
+    async def in_pool(request) -> None:  # the engine's own (InputHarness.process)
+        await harness.process(request)
 
     async def episode(one, leaders: list, others: list) -> None:  # a curve: the others once its leaders are processed
         await asyncio.gather(*(one(r) for r in leaders))
@@ -330,9 +332,7 @@ async def concurrent(engine: VllmEngine, build, args: argparse.Namespace) -> dic
     rows = []
     seed = 0
     for threads in args.concurrent:
-        if engine._prep_pool is not None:  # the engine's own pool, then each row's
-            engine._prep_pool.shutdown()
-        engine._prep_pool = ThreadPoolExecutor(threads, thread_name_prefix="vllm-inputs")
+        harness.replace_input_pool(threads)  # the engine's own pool, then each row's
         await timed(in_pool, build(range(seed, seed + 2)))  # the pool's threads started, one-time costs paid
         seed += 2
         placements = {"loop": on_loop, "pool": in_pool}

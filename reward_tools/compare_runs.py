@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Compare the A/B/C runs: read each run's TensorBoard logs, plot the key curves, write a CSV.
 
-    python scripts/compare_runs.py --run A=RLINF/logs/<ts>-..._runA --run B=... --run C=... --out results/abc
+    python -m reward_tools.compare_runs --run A=RLINF/logs/<ts>-..._runA --run B=... --run C=... --out results/abc
 
 Each run directory is RLinf's `runner.logger.log_path` (event files under `tensorboard/`, or
 anywhere below). Writes OUT.png (one panel per metric, one line per run) and OUT.csv
 (run, metric, step, value). A metric a run does not log (env/vlm_score in run A) is left out
 of that run's panel and said so on stderr. Runs that log the live judge audit (B, C) are also
-compared on it: OUT-audit.png and OUT-audit.csv (scripts/compare_audit.py).
+compared on it: OUT-audit.png and OUT-audit.csv (reward_tools/compare_audit.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
-from tb_scalars import read_scalars  # this script's folder is first on sys.path
+from reward_tools.tb_scalars import read_scalars
 
 logger = logging.getLogger("compare_runs")
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                     writer.writerow([name, metric, step, value])
     plot(runs, metrics, out.with_suffix(".png"), args.title)
     logger.info("wrote %s and %s", out.with_suffix(".png"), out.with_suffix(".csv"))
-    from compare_audit import write as write_audit  # this script's folder is on sys.path
+    from reward_tools.compare_audit import write as write_audit
 
     audit_png = write_audit(run_dirs, out)
     if audit_png is not None:

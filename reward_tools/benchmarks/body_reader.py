@@ -1,6 +1,6 @@
 """What reading the hook's raw batch body costs the server's event loop (reward_server/http/body.py).
 
-    python scripts/bench_body_reader.py [--mib 192] [--episodes 64] [--repeats 5]
+    python -m reward_tools.benchmarks.body_reader [--mib 192] [--episodes 64] [--repeats 5]
 
 A body of the hook's size (64 episodes of 16 frames of 256x256: 192 MiB) arrives in uvicorn's
 256 KiB chunks while one waiter per episode waits for its bytes, as `/score/batch` does. Two

@@ -5,7 +5,7 @@ the server's 600 s) and with the client's default bound, within a 5 s deadline. 
 engine requests and aborts, and scores per case as JSON (the real app on the fake engine, in
 process, real HTTP).
 
-    PYTHONPATH=. python scripts/bench_attempt_bounds.py [--out FILE]
+    PYTHONPATH=. python -m reward_tools.benchmarks.attempt_bounds [--out FILE]
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from reward_client.client import RetryPolicy, RewardClient, RewardClientError
 from reward_protocol.score import ScoreOptions
-from tests.helpers.servers import InProcessServer, stats
+from reward_tools.in_process import InProcessServer
 
 
 def case(timeout_s: float | None) -> dict:
@@ -39,14 +36,14 @@ def case(timeout_s: float | None) -> dict:
         except RewardClientError as exc:
             scores, error = 0, str(exc)[:200]
         wall = time.monotonic() - started
-        engine = stats(server.url)
+        engine = server.stats()
         time.sleep(0.2)
         return {
             "timeout_s": timeout_s,
             "deadline_s": 5.0,
             "attempts": client.attempts,
             "engine_requests": engine["requests"],
-            "engine_aborted": stats(server.url)["aborted"],
+            "engine_aborted": server.stats()["aborted"],
             "scores": scores,
             "wall_s": round(wall, 2),
             "error": error,
