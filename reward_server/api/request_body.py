@@ -1,10 +1,18 @@
-"""What a dialect needs from a request body: its declared length and its bytes as they arrive.
-The transport (http/body.py's BodyReader) provides it; the dialects depend on this contract, not
-on the transport, so the layers stay one-way (http -> api -> core)."""
+"""What a dialect needs from the transport: a request's body as it arrives, and the intake that
+checks, admits and reads it while the dialect's work runs. The transport (http/intake.py,
+http/body.py) provides both; the dialects depend on this contract, not on the transport, so the
+layers stay one-way (http -> api -> core)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from fastapi import Request
+
+from reward_server.core.deadline import Deadline
+
+T = TypeVar("T")
 
 
 class RequestBody(Protocol):
@@ -16,4 +24,15 @@ class RequestBody(Protocol):
 
     async def read_all(self) -> memoryview:
         """The whole body, once it has arrived."""
+        ...
+
+
+# A dialect's work on one request: its body as it arrives, its deadline, its content type.
+Work = Callable[[RequestBody, Deadline, str], Awaitable[T]]
+
+
+class Intake(Protocol):
+    async def __call__(self, request: Request, allowed: tuple[str, ...], work: Work) -> object:
+        """Check the content type and size, admit the body, run `work` while the body is read,
+        cancel it if the client leaves; `work`'s answer once the whole body has arrived."""
         ...

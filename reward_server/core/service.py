@@ -12,15 +12,14 @@ reads bodies and translates errors.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from reward_protocol.score import DEADLINE_HEADER, HealthStatus
+from reward_protocol.score import HealthStatus
 from reward_server.core.admission import Admission, WorkKind
+from reward_server.core.deadline import Deadline
 from reward_server.core.metrics import Metrics
 from reward_server.core.warmup import WarmupReport, warm_up
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
@@ -30,7 +29,6 @@ from reward_server.media.decoding import Preparer
 from reward_server.media.memory_release import Reclaimer, freeze_startup_heap
 from reward_server.media.video import DecodeLimits
 from reward_server.profiles import Profile
-from reward_server.request_errors import BadRequest
 from reward_server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -47,9 +45,6 @@ class NotReady(RuntimeError):
 class DeadlineExceeded(TimeoutError):
     """The request's deadline passed before its answer was ready."""
 
-
-# The client's deadline for the request being handled (DEADLINE_HEADER), set by the HTTP layer.
-_CLIENT_DEADLINE_S: contextvars.ContextVar[float | None] = contextvars.ContextVar("client_deadline_s", default=None)
 
 T = TypeVar("T")
 
@@ -200,16 +195,16 @@ class RewardService:
         self.active -= 1
 
     async def run(
-        self, kind: WorkKind, jobs: Sequence[Callable[[], Awaitable[T]]], started: float
+        self, kind: WorkKind, jobs: Sequence[Callable[[], Awaitable[T]]], deadline: Deadline
     ) -> list[T | BaseException]:
         """The one way work reaches the engine, for every route. The jobs are admitted together
-        (--max-queue, 503 when full); each runs as its own task under the request's deadline
-        (--request-timeout-s), so a job that fails or runs out of time is answered in its place
-        while the others finish; if the caller is cancelled (client gone, drain) every job is,
+        (--max-queue, 503 when full); each runs as its own task under the request's `deadline`
+        (--request-timeout-s, or the client's shorter one), so a job that fails or runs out of time
+        is answered in its place while the others finish; if the caller is cancelled (client gone, drain) every job is,
         which aborts its engine work. Returns each job's result or exception, in order."""
         self.admission.take(kind, len(jobs))
         try:
-            tasks = [asyncio.ensure_future(self._within_deadline(job, started)) for job in jobs]
+            tasks = [asyncio.ensure_future(self._within_deadline(job, deadline)) for job in jobs]
             try:
                 return await asyncio.gather(*tasks, return_exceptions=True)
             except asyncio.CancelledError:
@@ -220,39 +215,17 @@ class RewardService:
         finally:
             self.admission.give(kind, len(jobs))
 
-    async def _within_deadline(self, job: Callable[[], Awaitable[T]], started: float) -> T:
-        limit = asyncio.timeout_at(asyncio.get_running_loop().time() + self._remaining(started))
+    async def _within_deadline(self, job: Callable[[], Awaitable[T]], deadline: Deadline) -> T:
+        limit = asyncio.timeout_at(asyncio.get_running_loop().time() + deadline.remaining())
         try:
             async with limit:
                 return await job()
         except TimeoutError:
             if limit.expired():
-                limit_s, why = self._timeout_s()
-                raise DeadlineExceeded(f"the answer took longer than {limit_s:g} s ({why})") from None
+                raise DeadlineExceeded(f"the answer took longer than {deadline.seconds:g} s ({deadline.why})") from None
             raise
 
-    def client_deadline(self, header: str | None) -> float:
-        """The deadline of the request being handled: the client's X-Reward-Deadline-S (seconds it
-        still waits), capped by --request-timeout-s. Set for the request's task; the tasks it
-        starts inherit it."""
-        if header is None:
-            _CLIENT_DEADLINE_S.set(None)
-            return self.settings.request_timeout_s
-        try:
-            seconds = float(header)
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise BadRequest(f"{DEADLINE_HEADER} must be a positive number of seconds, got {header[:40]!r}")
-        _CLIENT_DEADLINE_S.set(seconds)
-        return min(seconds, self.settings.request_timeout_s)
-
-    def _timeout_s(self) -> tuple[float, str]:
-        """This request's deadline in seconds, and what set it."""
-        client = _CLIENT_DEADLINE_S.get()
-        if client is not None and client < self.settings.request_timeout_s:
-            return client, f"the client's {DEADLINE_HEADER}"
-        return self.settings.request_timeout_s, "--request-timeout-s"
-
-    def _remaining(self, started: float) -> float:
-        return max(0.0, self._timeout_s()[0] - (time.perf_counter() - started))
+    def deadline(self, header: str | None, started: float) -> Deadline:
+        """The deadline of a request whose handling began at `started`: the client's
+        X-Reward-Deadline-S (seconds it still waits), capped by --request-timeout-s."""
+        return Deadline.of_request(header, self.settings.request_timeout_s, started)

@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 
 from reward_client.video_io import write_mp4
+from reward_tools.in_process import InProcessServer  # noqa: F401  (the tests import it from here)
 from reward_tools.launch import ServerProcess
 from tests.helpers.episodes import TASK
 

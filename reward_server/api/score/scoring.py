@@ -1,4 +1,4 @@
-"""The scoring dialect (`POST /score`, `POST /score/batch` as JSON or a raw batch) over the core.
+"""Scoring episodes (`POST /score`, `POST /score/batch` as JSON or a raw batch) over the core.
 
 Scoring: body -> episodes -> frames -> profile -> engine -> parser -> answer. Each episode goes
 to the engine on its own as soon as its frames are ready: the episodes of a batch overlap their
@@ -29,6 +29,7 @@ from reward_protocol.score import (
     Timings,
 )
 from reward_server.api.request_body import RequestBody
+from reward_server.core.deadline import Deadline
 from reward_server.core.service import RewardService
 from reward_server.engines.base import EngineDead
 from reward_server.errors import BadRequest, NotReady, classify
@@ -83,19 +84,20 @@ class EpisodeScoring:
 
     # --- routes -------------------------------------------------------------------------------
 
-    async def score_json(self, reader: RequestBody, started: float) -> ScoreResponse:
+    async def score_json(self, reader: RequestBody, deadline: Deadline) -> ScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
         source = await self.preparer.parse(parse_score_json, body)
         if isinstance(source, Exception):
             raise source
         frames = _timed(lambda: self.preparer.frames(source), received)
-        [result] = await self.service.run("episodes", [partial(self._score, source.options, frames, started)], started)
+        job = partial(self._score, source.options, frames, deadline)
+        [result] = await self.service.run("episodes", [job], deadline)
         if isinstance(result, BaseException):
             raise result
         return result
 
-    async def score_batch_json(self, reader: RequestBody, started: float) -> BatchScoreResponse:
+    async def score_batch_json(self, reader: RequestBody, deadline: Deadline) -> BatchScoreResponse:
         body = await reader.read_all()
         received = time.perf_counter()
         sources = await self.preparer.parse(parse_batch_json, body)
@@ -103,9 +105,9 @@ class EpisodeScoring:
             (s.options, _timed(partial(self.preparer.frames, s), received)) if isinstance(s, Source) else s
             for s in sources
         ]
-        return await self._score_many(work, started)
+        return await self._score_many(work, deadline)
 
-    async def score_batch_raw(self, reader: RequestBody, started: float) -> BatchScoreResponse:
+    async def score_batch_raw(self, reader: RequestBody, deadline: Deadline) -> BatchScoreResponse:
         """Episodes start as soon as their own bytes have arrived, while the rest still streams in."""
         assert reader.length is not None
         try:
@@ -138,15 +140,15 @@ class EpisodeScoring:
             else:
                 source = Source(options, "path", item.video_path or "")
                 work.append((options, _timed(partial(self.preparer.frames, source), time.perf_counter())))
-        return await self._score_many(work, started)
+        return await self._score_many(work, deadline)
 
     # --- the flow of one episode --------------------------------------------------------------
 
-    async def _score_many(self, work: list, started: float) -> BatchScoreResponse:
+    async def _score_many(self, work: list, deadline: Deadline) -> BatchScoreResponse:
         """Score (options, frames awaitable) pairs together; a failed item is answered in its place."""
         live = [w for w in work if not isinstance(w, Exception)]
-        jobs = [partial(self._score, options, frames, started) for options, frames in live]
-        results = await self.service.run("episodes", jobs, started)
+        jobs = [partial(self._score, options, frames, deadline) for options, frames in live]
+        results = await self.service.run("episodes", jobs, deadline)
         answers = iter(results)
         out = []
         for index, item in enumerate(work):
@@ -161,8 +163,9 @@ class EpisodeScoring:
         return BatchScoreResponse(results=out)
 
     async def _score(
-        self, options: ScoreOptions, frames: Callable[[], Awaitable[Frames]], started: float
+        self, options: ScoreOptions, frames: Callable[[], Awaitable[Frames]], deadline: Deadline
     ) -> ScoreResponse:
+        started = deadline.started
         service = self.service
         profile, engine, metrics, backend = service.profile, service.engine, service.metrics, service.backend
         ready = await frames()

@@ -40,6 +40,7 @@ from reward_protocol.chat import (
     is_neutral,
 )
 from reward_server.api.request_body import RequestBody
+from reward_server.core.deadline import Deadline
 from reward_server.core.service import RewardService
 from reward_server.engines.io import (
     ChatPrompt,
@@ -136,7 +137,7 @@ class ChatCompletions:
         self.service.require_ready()  # a client waiting for /v1/models waits for the engine
         return ModelList(data=[ModelCard(id=self.model_name, created=self.created)])
 
-    async def complete(self, reader: RequestBody, started: float) -> ChatCompletionResponse:
+    async def complete(self, reader: RequestBody, deadline: Deadline) -> ChatCompletionResponse:
         body = await reader.read_all()
         try:
             req: ChatCompletionRequest = await self.service.preparer.parse(parse_chat_json, body)
@@ -160,14 +161,14 @@ class ChatCompletions:
             return self._engine_request(prompt, decoded.arrays, replace(sampling, seed=seed))
 
         try:
-            outputs = await self._generate([_bind(build, i) for i in range(n)], started)
+            outputs = await self._generate([_bind(build, i) for i in range(n)], deadline)
         finally:
             if media is not None:
                 _give_back(media)
         return self.response(outputs)
 
     async def _generate(
-        self, choices: Sequence[Callable[[], Awaitable[EngineRequest]]], started: float
+        self, choices: Sequence[Callable[[], Awaitable[EngineRequest]]], deadline: Deadline
     ) -> list[EngineOutput]:
         """A chat request's choices (n of them) through the core's one entry (admission, deadline,
         cancellation): each builds its engine request (decoding the media) and is one unit of
@@ -182,14 +183,14 @@ class ChatCompletions:
 
             return one
 
-        results = await self.service.run("chat", [run(b) for b in choices], started)
+        results = await self.service.run("chat", [run(b) for b in choices], deadline)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
         outputs: list[EngineOutput] = results  # type: ignore[assignment]
         for output in outputs:
             metrics.chat_requests.labels(output.finish_reason or "stop").inc()
-        metrics.chat_latency.observe(time.perf_counter() - started)
+        metrics.chat_latency.observe(time.perf_counter() - deadline.started)
         return outputs
 
     # --- request -> engine request ------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The scoring dialect: `POST /score` and `POST /score/batch` (routes), episodes judged over the core (scoring)."""
