@@ -9,142 +9,92 @@ Each impossible answer must be a counted protocol error that is retried, never a
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
+import logging
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardUnavailable
 from reward_client.rlinf.hook import RewardModelConfig, VLMRewardHook
-from reward_protocol import raw_batch
 from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest
+from tests.helpers.faulty import CURVE_FAULTS, FAULTS, GOOD, FaultyServer, curve
 
 FAST = RetryPolicy(deadline_s=10, backoff_initial_s=0.02, backoff_max_s=0.05)
-GOOD = 0.42
 N = 3
-
-
-def response(score, progress=None) -> dict:
-    return {
-        "score": score,
-        "model_output": "",
-        "backend": "faulty",
-        "parse_status": "ok",
-        "score_mode": "unit",
-        "nframes": 2,
-        "progress": progress,
-    }
-
-
-# fault -> the batch answer's items for n episodes
-FAULTS = {
-    "score_7.5": lambda n: [{"index": i, "response": response(7.5)} for i in range(n)],
-    "score_-3.0": lambda n: [{"index": i, "response": response(-3.0)} for i in range(n)],
-    "score_nan": lambda n: [{"index": i, "response": response(float("nan"))} for i in range(n)],
-    "indices_100": lambda n: [{"index": 100 + i, "response": response(GOOD)} for i in range(n)],
-    "indices_all_0": lambda n: [{"index": 0, "response": response(GOOD)} for _ in range(n)],
-    "neither": lambda n: [{"index": i} for i in range(n)],
-    "too_few": lambda n: [{"index": i, "response": response(GOOD)} for i in range(n - 1)],
-    "curve_point_2": lambda n: [{"index": i, "response": response(GOOD, [0.5, 2.0])} for i in range(n)],
-    "not_the_schema": lambda n: [{"index": i, "response": {"score": GOOD}} for i in range(n)],
-}
-
-
-class FaultyServer:
-    """Answers /score/batch (JSON or raw) and /score with `fault` for the first `faulty` requests,
-    then correctly (every score GOOD); /health says ok."""
-
-    def __init__(self, fault: str, faulty: int, max_items: int | None = None):
-        self.fault, self.faulty, self.requests = fault, faulty, 0
-        self.max_items = max_items  # larger batches: a proxy's 413 in HTML (nginx's client_max_body_size)
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _answer(self, body: dict) -> None:
-                data = json.dumps(body).encode()  # NaN stays NaN, as a faulty server writes it
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._answer({"status": "ok", "backend": "faulty", "engine": "none", "model": "none"})
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                owner.requests += 1
-                bad = owner.requests <= owner.faulty
-                if self.path == "/score":
-                    items = FAULTS[owner.fault](1) if bad else [{"response": response(GOOD)}]
-                    self._answer(items[0].get("response") or {})
-                    return
-                if self.headers["content-type"] == raw_batch.CONTENT_TYPE:
-                    n = len(raw_batch.decode(body)[0].requests)
-                else:
-                    n = len(json.loads(body)["requests"])
-                if owner.max_items is not None and n > owner.max_items:
-                    page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
-                    self.send_response(413)
-                    self.send_header("content-type", "text/html")
-                    self.send_header("content-length", str(len(page)))
-                    self.end_headers()
-                    self.wfile.write(page)
-                    return
-                items = FAULTS[owner.fault](n) if bad else [{"index": i, "response": response(GOOD)} for i in range(n)]
-                self._answer({"results": items})
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.http.serve_forever, args=(0.02,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
-
-    def __enter__(self) -> FaultyServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 def frames(level: int = 90) -> np.ndarray:
     return np.full((4, 28, 28, 3), level, np.uint8)
 
 
-def json_requests() -> list[ScoreRequest]:
-    return [
-        ScoreRequest(task_text="open the drawer", nframes=4, frames=InlineFrames.from_array(frames())) for _ in range(N)
-    ]
+def options(points: int = 1) -> ScoreOptions:
+    return ScoreOptions(task_text="open the drawer", nframes=4, progress_points=points)
 
 
-def raw_episodes() -> list:
-    return [(ScoreOptions(task_text="open the drawer", nframes=4), frames()) for _ in range(N)]
+def json_requests(points: int = 1) -> list[ScoreRequest]:
+    return [ScoreRequest(**options(points).model_dump(), frames=InlineFrames.from_array(frames())) for _ in range(N)]
+
+
+def raw_episodes(points: int = 1) -> list:
+    return [(options(points), frames()) for _ in range(N)]
+
+
+def protocol_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "impossible answer" in r.getMessage()]
+
+
+def score_through(server: FaultyServer, transport: str, points: int = 1):
+    with RewardClient(server.url, FAST) as client:
+        if transport == "json":
+            items = client.score_batch(json_requests(points))
+        elif transport == "raw":
+            items = client.score_episodes(raw_episodes(points))
+        else:  # /score, one episode
+            return [client.score(json_requests(points)[0])], client
+        assert [item.index for item in items] == list(range(N))
+        return [item.response for item in items], client
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 @pytest.mark.parametrize("transport", ["json", "raw"])
-def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, transport):
-    with FaultyServer(fault, faulty=2) as server, RewardClient(server.url, FAST) as client:
-        if transport == "json":
-            items = client.score_batch(json_requests())
-        else:
-            items = client.score_episodes(raw_episodes())
-        assert [item.index for item in items] == list(range(N))
-        assert [item.response.score for item in items] == [GOOD] * N  # only the correct answer became rewards
-        assert client.protocol_errors == 2 and client.attempts == 3
-        assert client.stats()["protocol_errors"] == 2
+def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, transport, caplog):
+    """Scores out of range, wrong indices, and answers only a lax reading makes right (`true` or
+    `"0.7"` as a score, `[false, true]` as a curve, `"1"`, `true` or `1.0` as an index), and parts
+    that disagree (a failed parse with a score, a score that is not the curve's last point): each
+    a protocol error naming what is wrong, retried; only the right answer becomes a score."""
+    caplog.set_level(logging.WARNING, "reward_client.client")
+    with FaultyServer(fault, faulty=2) as server:
+        responses, client = score_through(server, transport)
+    assert [r.score for r in responses] == [GOOD] * N  # only the correct answer became rewards
+    assert client.protocol_errors == 2 and client.attempts == 3
+    assert client.stats()["protocol_errors"] == 2
+    warnings = protocol_warnings(caplog)
+    assert len(warnings) == 2 and all(FAULTS[fault][1] in w for w in warnings), warnings
 
 
-@pytest.mark.parametrize("fault", ["score_nan", "indices_100", "neither"])
+@pytest.mark.parametrize("fault", sorted(CURVE_FAULTS))
+@pytest.mark.parametrize("transport", ["json", "raw", "score"])
+def test_a_curve_must_have_exactly_the_points_asked_for(fault, transport, caplog):
+    """Asked for K = 4: 2 points, 20 points or none at all are protocol errors (before: 2 points
+    were placed at the wrong steps, 20 raised ProgressPointsError, none made the run sparse)."""
+    caplog.set_level(logging.WARNING, "reward_client.client")
+    with FaultyServer(fault, faulty=1) as server:
+        responses, client = score_through(server, transport, points=4)
+    assert [r.progress for r in responses] == [curve(4)] * len(responses)
+    assert [r.score for r in responses] == [GOOD] * len(responses)
+    assert client.protocol_errors == 1
+    assert CURVE_FAULTS[fault][1] in protocol_warnings(caplog)[0]
+
+
+def test_a_curve_on_a_one_score_request_is_refused():
+    """progress_points 1 asks for one score: an answer with a 2-point curve is not for this request."""
+    with FaultyServer("curve_2_points", faulty=1) as server:
+        responses, client = score_through(server, "raw", points=1)
+    assert [r.progress for r in responses] == [None] * N and client.protocol_errors == 1
+
+
+@pytest.mark.parametrize("fault", ["score_nan", "indices_100", "neither", "score_true", "index_float"])
 def test_the_async_client_checks_its_answers_too(fault):
     async def go():
         client = AsyncRewardClient(server.url, FAST)
@@ -159,11 +109,27 @@ def test_the_async_client_checks_its_answers_too(fault):
     assert client.protocol_errors == 1
 
 
-@pytest.mark.parametrize("fault", ["score_7.5", "score_nan", "curve_point_2"])
+def test_the_async_client_checks_the_curve_length():
+    async def go():
+        client = AsyncRewardClient(server.url, FAST)
+        try:
+            return await client.score_episodes(raw_episodes(4)), await client.score(json_requests(4)[0]), client
+        finally:
+            await client.aclose()
+
+    with FaultyServer("curve_20_points", faulty=2) as server:
+        items, single, client = asyncio.run(go())
+    assert [i.response.progress for i in items] == [curve(4)] * N and single.progress == curve(4)
+    assert client.protocol_errors == 2
+
+
+@pytest.mark.parametrize(
+    "fault", ["score_7.5", "score_nan", "curve_point_2", "score_true", "score_string", "no_number_with_score"]
+)
 def test_a_single_score_is_checked(fault):
-    with FaultyServer(fault, faulty=1) as server, RewardClient(server.url, FAST) as client:
-        assert client.score(json_requests()[0]).score == GOOD
-        assert client.protocol_errors == 1
+    with FaultyServer(fault, faulty=1) as server:
+        responses, client = score_through(server, "score")
+    assert responses[0].score == GOOD and client.protocol_errors == 1
 
 
 def test_a_server_that_keeps_answering_wrongly_is_unavailable_at_the_deadline():
