@@ -52,20 +52,19 @@ def run_libero(hook: VLMRewardHook) -> np.ndarray:
     return values
 
 
+def two_views(server, **options) -> RewardModelConfig:
+    """The hook's config for LIBERO's main and wrist cameras."""
+    common = {"enable": True, "url": server.url, "nframes": 4, "wait_ready_s": 30}
+    return RewardModelConfig(**common, views=["main_images", "wrist_images"], **options)
+
+
 def clip_labels(request) -> list[str]:
     return [text for text in request.chat.texts() if text.endswith(":") and "camera" in text]
 
 
 @pytest.mark.parametrize("transport", ["raw", "inline"])
 def test_two_views_reach_the_engine_as_two_named_clips(server, transport):
-    config = RewardModelConfig(
-        enable=True,
-        url=server.url,
-        nframes=4,
-        wait_ready_s=30,
-        views=["main_images", "wrist_images"],
-        transport=transport,
-    )
+    config = two_views(server, transport=transport)
     seen = len(server.engine.seen)
     values = run_libero(VLMRewardHook(config, N))
     requests = server.engine.seen[seen:]
@@ -214,10 +213,7 @@ def test_a_camera_that_changes_size_mid_episode_is_a_counted_fallback(server, tr
     """Before: the camera's earlier frames were dropped (its clip had fewer frames than the
     other's), and the request failed: a ValidationError out of the hook inline, whatever
     fail_on_request_error said; a 422 for the whole batch over raw."""
-    views = ["main_images", "wrist_images"]
-    common = {"enable": True, "url": server.url, "nframes": 4, "wait_ready_s": 30, "views": views}
-    config = RewardModelConfig(**common, transport=transport, fail_on_request_error=False)
-    hook = VLMRewardHook(config, N)
+    hook = VLMRewardHook(two_views(server, transport=transport, fail_on_request_error=False), N)
     seen = len(server.engine.seen)
     values = run_resized(hook)
     assert len(server.engine.seen) - seen == 1  # env 1's episode, judged before the change
@@ -225,7 +221,7 @@ def test_a_camera_that_changes_size_mid_episode_is_a_counted_fallback(server, tr
     info = hook.episode_info()
     assert info["vlm_fallback"].tolist() == [1.0, 0.0] and values[0] == 0.0 and values[1] > 0
     # with fail_on_request_error (the default) the run stops, saying what happened
-    hook = VLMRewardHook(RewardModelConfig(**common, transport=transport), N)
+    hook = VLMRewardHook(two_views(server, transport=transport), N)
     with pytest.raises(RuntimeError, match=r"wrist camera frames changed size mid-episode, \[28, 28, 3\] to \[56"):
         run_resized(hook)
 
@@ -262,16 +258,7 @@ def test_a_camera_count_that_changes_is_a_fallback_and_a_new_epoch_takes_the_new
 def test_canary_probes_show_every_camera_of_the_episode(server, transport):
     """Before: probes were made of the first view alone, so a multi-view judge's probe scores
     were not comparable with its episodes'."""
-    config = RewardModelConfig(
-        enable=True,
-        url=server.url,
-        nframes=4,
-        wait_ready_s=30,
-        views=["main_images", "wrist_images"],
-        transport=transport,
-        canary_fraction=1.0,
-        canary_kinds=["static", "reversed"],
-    )
+    config = two_views(server, transport=transport, canary_fraction=1.0, canary_kinds=["static", "reversed"])
     seen = len(server.engine.seen)
     hook = VLMRewardHook(config, N)
     run_libero(hook)
