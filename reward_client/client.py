@@ -261,6 +261,7 @@ class _JsonItems:
     def __init__(self, requests: Sequence[ScoreRequest]):
         self.parts = [_dumps(r.model_dump(mode="json", exclude_none=True)) for r in requests]
         self.sizes = [len(p) + 1 for p in self.parts]  # + its comma
+        self.points = [r.progress_points for r in requests]  # what each answer must carry (check_batch)
 
     def limit(self, limits: ServerLimits) -> int:
         return limits.max_json_body_bytes
@@ -281,6 +282,7 @@ class _RawItems:
     def __init__(self, episodes: Sequence[Episode]):
         self.episodes = [(options, raw_batch.checked_video(video)) for options, video in episodes]
         self.sizes = [raw_batch.item_nbytes(options, video) for options, video in self.episodes]
+        self.points = [options.progress_points for options, _ in self.episodes]
 
     def limit(self, limits: ServerLimits) -> int:
         return limits.max_raw_body_bytes
@@ -535,12 +537,12 @@ class RewardClient(_Base):
 
     def score(self, request: ScoreRequest) -> ScoreResponse:
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
-        return self._request("/score", body, score_reader)
+        return self._request("/score", body, score_reader(request.progress_points))
 
     def _batch(self, part: _Part, items: _JsonItems | _RawItems, deadline: float) -> list[BatchItem]:
         """One request's items (indices of the call); a body the server finds too large is halved."""
         try:
-            answer = self._request("/score/batch", part.body, batch_reader(part.hi - part.lo), deadline)
+            answer = self._request("/score/batch", part.body, batch_reader(items.points[part.lo : part.hi]), deadline)
         except RewardRequestError as exc:
             if not (_too_large(exc) and part.hi - part.lo > 1):
                 raise
@@ -659,11 +661,12 @@ class AsyncRewardClient(_Base):
 
     async def score(self, request: ScoreRequest) -> ScoreResponse:
         body = _Body.json(request.model_dump(mode="json", exclude_none=True))
-        return await self._request("/score", body, score_reader)
+        return await self._request("/score", body, score_reader(request.progress_points))
 
     async def _batch(self, part: _Part, items: _JsonItems | _RawItems, deadline: float) -> list[BatchItem]:
         try:
-            answer = await self._request("/score/batch", part.body, batch_reader(part.hi - part.lo), deadline)
+            reader = batch_reader(items.points[part.lo : part.hi])
+            answer = await self._request("/score/batch", part.body, reader, deadline)
         except RewardRequestError as exc:
             if not (_too_large(exc) and part.hi - part.lo > 1):
                 raise

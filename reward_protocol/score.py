@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import unicodedata
 from enum import Enum
 from typing import Any, Literal
 
@@ -236,21 +237,35 @@ def _one_source(item: ScoreOptions, sources: tuple[str, ...]) -> None:
 
 
 def _check_views(views: list, progress_points: int) -> None:
-    """Several views of one episode: distinct names without NUL, and the same frame count (the
-    same moments, so the server picks the same steps from each); one score, not a curve."""
+    check_view_layout([view.name for view in views], [view.frames.shape[0] for view in views], progress_points)
+
+
+def check_view_layout(names: list[str], frame_counts: list[int], progress_points: int = 1) -> None:
+    """Several views of one episode, as a request may carry them, else ValueError saying what is
+    wrong: 2..MAX_VIEWS views with distinct names that read as one line of the prompt (not blank,
+    no line break or other control character), the same frame count (the same moments, so the
+    server picks the same steps from each); one score, not a curve. The client checks an
+    episode's views with it before sending them (reward_client.rlinf.judging)."""
     if progress_points > 1:
         raise ValueError(
             f"progress_points {progress_points} with several views is not offered: a curve is drawn over one "
             "view (send one view, or progress_points 1)"
         )
-    names = [view.name for view in views]
+    if not 2 <= len(names) <= MAX_VIEWS:
+        raise ValueError(f"several views are 2 to {MAX_VIEWS} views, got {len(names)} ({names})")
     for name in names:
-        _no_nul(name)
+        if not name.strip():
+            raise ValueError(f"a view name is blank ({name!r}); name the camera (e.g. 'main camera')")
+        if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
+            raise ValueError(
+                f"view name {name!r} holds a line break or control character; a name is one line of printable text"
+            )
     if len(set(names)) != len(names):
         raise ValueError(f"views must have distinct names (got {names})")
-    counts = [view.frames.shape[0] for view in views]
-    if len(set(counts)) != 1:
-        raise ValueError(f"views must have the same number of frames, the same moments of the episode (got {counts})")
+    if len(set(frame_counts)) != 1:
+        raise ValueError(
+            f"views must have the same number of frames, the same moments of the episode (got {frame_counts})"
+        )
 
 
 class ScoreRequest(ScoreOptions):

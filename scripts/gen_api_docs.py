@@ -37,10 +37,15 @@ the retryable items again, alone, with the same backoff and overall deadline as 
 and returns one entry per episode in order; the RLinf hook sees their scores. Past the deadline
 an item keeps its last error.
 
-The client believes no answer that cannot be right: one item per episode with indices exactly
-0..n-1, each item a `response` or an `error`, every `score` and `progress` point finite in [0, 1]
-or null. Anything else is a protocol error, counted (`RewardClient.stats()`, the hook's
-`env/vlm_protocol_errors`) and retried within the deadline, never a reward.
+The client believes no answer that cannot be right. It reads answers strictly (a `score` is a
+JSON number, not `true` or `"0.7"`; an `index` an integer, not `"1"`, `true` or `1.0`) and then
+wants one item per episode with indices exactly 0..n-1, each item a `response` or an `error`,
+every `score` and `progress` point finite in [0, 1] or null, `progress` of exactly the K points
+the request asked for (`progress_points`; none, or one point, for K = 1) with `score` its last
+point, and a `parse_status` that agrees with the score (a failed parse carries no score; a null
+score comes with a failed parse). Anything else is a protocol error, counted
+(`RewardClient.stats()`, the hook's `env/vlm_protocol_errors`) and retried within the deadline,
+never a reward.
 
 Request header `X-Reward-Deadline-S` (optional, on every POST): the seconds the client still waits
 for this answer. The server ends the request there, capped by `--request-timeout-s` (504, or in a

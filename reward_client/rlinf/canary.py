@@ -5,6 +5,8 @@
 - `reversed`: the episode's frames in reverse order; it ends where the real episode began.
 - `wrong_task`: the real frames with another task's instruction.
 
+An episode filmed by several cameras (named views) gets probes of the same views, each changed
+alike (every camera's first frame, every camera reversed), so its probes are judged as it is.
 Each probe is scored in the same batch as the real episodes, and its score is only logged: it
 never enters a reward. Used by the RLinf hook (a fraction of the episodes it sends) and by the
 offline evaluation tool (python -m reward_tools.evaluate). numpy only.
@@ -12,11 +14,13 @@ offline evaluation tool (python -m reward_tools.evaluate). numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+Frames = np.ndarray | Mapping[str, np.ndarray]  # one episode's frames [T, H, W, 3], or each named view's
 
 CanaryKind = Literal["static", "reversed", "wrong_task"]
 CANARY_KINDS: tuple[CanaryKind, ...] = ("static", "reversed", "wrong_task")
@@ -26,14 +30,25 @@ CURVE_CANARIES: frozenset[CanaryKind] = frozenset({"static", "reversed"})
 REQUEST_ID_PREFIX = "canary"
 
 
-def static_frames(frames: np.ndarray) -> np.ndarray:
-    """The first frame, as many times as the episode has frames."""
+def _each_view(frames: Frames, change: Callable[[np.ndarray], np.ndarray]) -> Frames:
+    if isinstance(frames, Mapping):
+        return {name: change(view) for name, view in frames.items()}
+    return change(frames)
+
+
+def _static(frames: np.ndarray) -> np.ndarray:
     frames = np.asarray(frames)
     return np.repeat(frames[:1], len(frames), axis=0)
 
 
-def reversed_frames(frames: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(frames)[::-1])
+def static_frames(frames: Frames) -> Frames:
+    """The first frame, as many times as the episode has frames (of each view)."""
+    return _each_view(frames, _static)
+
+
+def reversed_frames(frames: Frames) -> Frames:
+    """The frames in reverse order (of each view)."""
+    return _each_view(frames, lambda view: np.ascontiguousarray(np.asarray(view)[::-1]))
 
 
 def other_task(task: str, pool: Iterable[str], rng: np.random.Generator) -> str | None:
@@ -51,7 +66,7 @@ def request_id(kind: str, source: int) -> str:
 class Probe:
     kind: CanaryKind
     source: int  # the real episode it was made from (env index, or manifest row)
-    frames: np.ndarray
+    frames: Frames  # as the real episode's: frames, or the same named views
     task: str
 
     @property
@@ -61,7 +76,7 @@ class Probe:
 
 def make_probes(
     source: int,
-    frames: np.ndarray,
+    frames: Frames,
     task: str,
     kinds: Sequence[CanaryKind],
     task_pool: Iterable[str],
@@ -121,9 +136,7 @@ class CanaryPlanner:
         self.task_pool: dict[str, None] = dict.fromkeys(extra_tasks)  # an ordered set
         self.skipped = 0  # probes that could not be made (wrong_task with no other task known)
 
-    def plan(
-        self, sources: Sequence[int], tasks: Sequence[str], frames: Sequence[np.ndarray], room: int
-    ) -> list[Probe]:
+    def plan(self, sources: Sequence[int], tasks: Sequence[str], frames: Sequence[Frames], room: int) -> list[Probe]:
         """Probes for the selected share of the episodes sources[i] (task tasks[i], frames
         frames[i]); at most `room`."""
         self.task_pool.update(dict.fromkeys(tasks))
@@ -133,7 +146,7 @@ class CanaryPlanner:
         )
 
     def probes_for(
-        self, sources: Sequence[int], tasks: Sequence[str], frames: Sequence[np.ndarray], room: int
+        self, sources: Sequence[int], tasks: Sequence[str], frames: Sequence[Frames], room: int
     ) -> list[Probe]:
         """Every kind of probe for each of these episodes; at most `room`."""
         self.task_pool.update(dict.fromkeys(tasks))

@@ -90,31 +90,52 @@ class EpisodeBuffer:
 
 
 class EpisodeBuffers:
-    """One EpisodeBuffer per env, created on the first frame (the frame size is known then)."""
+    """One EpisodeBuffer per env, created on an episode's first frame (the frame size is known
+    then). A frame of another size later in the episode is not recorded: the episode is marked
+    (`error`), so it is not judged on the frames that remain (each of them would be lost silently)."""
 
-    def __init__(self, num_envs: int, nframes: int, spec: FrameSpec = QWEN2_5_VL):
+    def __init__(self, num_envs: int, nframes: int, spec: FrameSpec = QWEN2_5_VL, what: str = "frames"):
         self.num_envs = num_envs
         self.nframes = nframes
         self.spec = spec
+        self.what = what  # named in the error (a camera's label)
         self._buffers: list[EpisodeBuffer | None] = [None] * num_envs
-
-    def _buffer(self, env: int, frame: np.ndarray) -> EpisodeBuffer:
-        buf = self._buffers[env]
-        if buf is None or buf.frame_shape != frame.shape:
-            buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape, self.spec)
-        return buf
+        self._errors: dict[int, str] = {}  # env -> why its current episode cannot be judged as recorded
 
     def start(self, env_ids: Sequence[int], first_frames: np.ndarray) -> None:
         """New episodes for env_ids; first_frames[i] is env_ids[i]'s first observation."""
         for env, frame in zip(env_ids, first_frames, strict=True):
-            buf = self._buffer(int(env), frame)
+            env = int(env)
+            buf = self._buffers[env]
+            if buf is None or buf.frame_shape != frame.shape:
+                buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape, self.spec)
             buf.clear()
             buf.append(frame)
+            self._errors.pop(env, None)
 
     def append(self, frames: np.ndarray, active: np.ndarray) -> None:
         """Add this step's frame [num_envs, H, W, 3] for every env whose episode is still running."""
         for env in np.flatnonzero(active):
-            self._buffer(int(env), frames[env]).append(frames[env])
+            env = int(env)
+            buf, frame = self._buffers[env], frames[env]
+            if buf is None:
+                buf = self._buffers[env] = EpisodeBuffer(self.nframes, frame.shape, self.spec)
+            elif buf.length and buf.frame_shape != frame.shape:
+                self.mark(
+                    env,
+                    f"its {self.what} changed size mid-episode, {list(buf.frame_shape)} to {list(frame.shape)} "
+                    f"at step {buf.length}",
+                )
+                continue
+            buf.append(frame)
+
+    def mark(self, env: int, why: str) -> None:
+        """env's current episode cannot be judged as recorded (the first reason is kept)."""
+        self._errors.setdefault(env, why)
+
+    def error(self, env: int) -> str | None:
+        """Why env's current episode cannot be judged as recorded, or None."""
+        return self._errors.get(env)
 
     def frames(self, env: int) -> np.ndarray:
         buf = self._buffers[env]

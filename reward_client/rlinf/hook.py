@@ -86,6 +86,7 @@ class VLMRewardHook:
         self.buffers = EpisodeBuffers(num_envs, config.nframes)  # the (first) view's frames
         self.more_buffers: list[EpisodeBuffers] = []  # several views: the others', in order (same steps kept)
         self.view_names: list[str] = []  # several views: each camera's label, in order
+        self._cameras: list[str] | None = None  # the labels episodes are recorded from ([]: one view), once seen
         self.judge = EpisodeJudge(config, client, reward_coef, self.buffers.spec, self.dense)
         self.ledger = (
             DeferredRewards(self.judge, num_envs, reward_coef, use_rel_reward, returns) if config.async_ else None
@@ -146,11 +147,9 @@ class VLMRewardHook:
             self.ledger.restart(ids, self.t, new_epoch, self.auto_reset)
         frames = np.asarray(frames)
         self.buffers.start(ids, frames[ids])
-        if views and not self.more_buffers:
-            self.view_names = [name for name, _ in views]
-            self.more_buffers = [EpisodeBuffers(self.num_envs, self.config.nframes) for _ in views[1:]]
-        for buffers, (_, more) in zip(self.more_buffers, views[1:], strict=True):
-            buffers.start(ids, np.asarray(more)[ids])
+        if self._same_cameras(views, ids, adopt=new_epoch):
+            for buffers, (_, more) in zip(self.more_buffers, views[1:], strict=True):
+                buffers.start(ids, np.asarray(more)[ids])
         for arr in (self.values, self.scores, self.fallback, self.latency_ms, self.moved):
             arr[ids] = 0.0
         self.judged[ids] = False
@@ -185,8 +184,9 @@ class VLMRewardHook:
         if self.ledger is not None:
             self.ledger.stand(now, counted, self.success_t)
         self.buffers.append(view.frames, running)
-        for buffers, (_, more) in zip(self.more_buffers, view.views[1:], strict=True):
-            buffers.append(np.asarray(more), running)
+        if self._same_cameras(view.views, np.flatnonzero(running)):
+            for buffers, (_, more) in zip(self.more_buffers, view.views[1:], strict=True):
+                buffers.append(np.asarray(more), running)
         if self.ignore_terminations:
             ended = view.truncations
         elif self.config.score_on_truncation:
@@ -279,6 +279,34 @@ class VLMRewardHook:
 
     # --- judging ------------------------------------------------------------------------------
 
+    def _same_cameras(self, views: Sequence[View], envs: Any, adopt: bool = False) -> bool:
+        """Whether these views are the cameras the envs' episodes are recorded from. The first
+        views seen set them (and every rollout epoch's first reset may change them: `adopt`);
+        other cameras later mark the running episodes of `envs`, which are then not judged (a
+        request cannot carry a camera some of its frames lack)."""
+        names = [name for name, _ in views]
+        if self._cameras is None or (adopt and names != self._cameras):
+            if self._cameras is not None:
+                logger.warning("VLM reward: the env's cameras are now %s (were %s)", names, self._cameras)
+            self._cameras = self.view_names = names
+            self.more_buffers = [
+                EpisodeBuffers(self.num_envs, self.config.nframes, what=f"{name} frames") for name in names[1:]
+            ]
+            return True
+        if names == self._cameras:
+            return True
+        why = (
+            f"the env's cameras changed mid-episode: the observation holds {_cameras(names)}, "
+            f"the episode was recorded from {_cameras(self._cameras)}"
+        )
+        for env in map(int, envs):
+            self.buffers.mark(env, why)
+        return False
+
+    def _episode_error(self, env: int) -> str | None:
+        """Why env's episode cannot be judged as recorded (a camera changed size or went), or None."""
+        return next(filter(None, (b.error(env) for b in (self.buffers, *self.more_buffers))), None)
+
     def _judge(self, envs: np.ndarray, view: EnvStep, counted: np.ndarray) -> None:
         ended = [
             Ended(
@@ -286,7 +314,8 @@ class VLMRewardHook:
                 task=str(view.tasks[env]),
                 task_id=None if view.task_ids is None else view.task_ids[env],
                 frames=(frames := self.buffers.frames(env)),  # copies: the env goes on stepping
-                views=self._more_views(env, frames),
+                views=[] if (error := self._episode_error(env)) else self._more_views(env, frames),
+                error=error,
                 success=bool(view.success[env]),
                 success_so_far=bool(self.env_success[env]),
                 steps=self.buffers.steps(env) if self.dense else [],
@@ -327,6 +356,10 @@ class VLMRewardHook:
             self.moved[env] = -outcome.moves[-1][1]
             if not self.is_async:
                 self.pending[env] = outcome.moves
+
+
+def _cameras(names: Sequence[str]) -> str:
+    return f"cameras {', '.join(names)}" if names else "one camera"
 
 
 __all__ = ["EnvStep", "RewardModelConfig", "VLMRewardHook"]

@@ -39,6 +39,7 @@ from reward_protocol.score import (
     ScoreOptions,
     ScoreRequest,
     ViewFrames,
+    check_view_layout,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Ended:
     steps: list[int]  # frame steps sent (for a curve's moves)
     length: int  # frames recorded (actions + the reset frame)
     views: list[View] = field(default_factory=list)  # several cameras: (label, frames) each, `frames` first
+    error: str | None = None  # why the episode cannot be judged as recorded (a camera changed mid-episode)
 
 
 @dataclass
@@ -78,10 +80,16 @@ class Batch:
 
     ended: list[Ended]
     probes: list[Probe]
-    episodes: list[tuple[ScoreOptions, Video]]
+    episodes: list[tuple[ScoreOptions, Video]]  # the ended episodes sent (all but `unsent`), then the probes
     paths: list[str | None]  # files written for the request, deleted after it
     started: float
     finished: float = 0.0
+    unsent: dict[int, str] = field(default_factory=dict)  # position in `ended` -> why it was not sent
+
+    @property
+    def real(self) -> int:
+        """How many of `episodes` are ended episodes (the rest are canary probes)."""
+        return len(self.ended) - len(self.unsent)
 
 
 class EpisodeJudge:
@@ -111,6 +119,7 @@ class EpisodeJudge:
             "batches": 0,
             "canaries": 0,
             "canary_failures": 0,
+            "view_errors": 0,  # episodes not sent: their cameras cannot make one request (fallbacks too)
         }
         self._video_dir = config.video_dir or os.path.join(tempfile.gettempdir(), "rlinf_vlm_episodes")
         if config.transport == "video_path" or config.keep_videos:
@@ -138,20 +147,30 @@ class EpisodeJudge:
 
     def batch(self, ended: list[Ended], all_tasks: Sequence[str]) -> Batch:
         """The request for episodes that ended together (all_tasks: every env's instruction, the
-        pool wrong_task probes draw from)."""
+        pool wrong_task probes draw from). An episode whose cameras cannot make a request (one
+        changed mid-episode, views a request cannot carry) is not sent: it stops the run, or with
+        fail_on_request_error False it is a counted fallback, and the others are judged."""
         started = time.perf_counter()
-        frames = [self._fit(e.frames) for e in ended]
-        envs, texts = [e.env for e in ended], [e.task for e in ended]
+        unsent = {i: why for i, e in enumerate(ended) if (why := _view_error(e)) is not None}
+        self.counts["episodes"] += len(ended)
+        self.counts["view_errors"] += len(unsent)
+        if unsent and self.config.fail_on_request_error:
+            i, why = next(iter(unsent.items()))
+            raise RuntimeError(
+                f"VLM reward: {len(unsent)} of {len(ended)} ended episodes cannot be judged as recorded (env "
+                f"{ended[i].env}: {why}). Fix the env's camera frames (env.train.reward_model.views), or set "
+                f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' fallback "
+                "instead (counted in env/vlm_fallback)"
+            )
+        sent = [e for i, e in enumerate(ended) if i not in unsent]
+        # several cameras go as named views, and so do the canary probes made of them
+        videos = [{name: self._fit(f) for name, f in e.views} if e.views else self._fit(e.frames) for e in sent]
+        envs, texts = [e.env for e in sent], [e.task for e in sent]
         self.planner.task_pool.update(dict.fromkeys(map(str, all_tasks)))
-        probes = [] if self.canaries is None else self.planner.plan(envs, texts, frames, MAX_BATCH_ITEMS - len(envs))
-        # several cameras go as named views; canary probes are made of the first view alone
-        videos = [
-            {name: self._fit(f) for name, f in e.views} if e.views else f for e, f in zip(ended, frames, strict=True)
-        ]
+        probes = [] if self.canaries is None else self.planner.plan(envs, texts, videos, MAX_BATCH_ITEMS - len(envs))
         built = [self._episode(e, t, v) for e, t, v in zip(envs, texts, videos, strict=True)]
         # static and reversed probes get a curve too: one that rises on them shows a judge blind to motion
         built += [self._episode(p.source, p.task, p.frames, p.request_id, p.kind in CURVE_CANARIES) for p in probes]
-        self.counts["episodes"] += len(ended)
         self.counts["batches"] += 1
         self.counts["canaries"] += len(probes)
         return Batch(
@@ -160,12 +179,13 @@ class EpisodeJudge:
             episodes=[(options, video) for options, video, _ in built],
             paths=[path for _, _, path in built],
             started=started,
+            unsent=unsent,
         )
 
     def call(self, batch: Batch) -> tuple[list | None, RewardClientError | None]:
         """The request; in async mode on a request thread, touching no state but the client's."""
         try:
-            return self._score_batch(batch.episodes, len(batch.ended)), None
+            return self._score_batch(batch.episodes, batch.real), None
         except RewardClientError as exc:
             return None, exc
         finally:
@@ -233,21 +253,26 @@ class EpisodeJudge:
     def outcomes(self, batch: Batch, items: list | None, error: RewardClientError | None) -> list[Outcome]:
         """Each ended episode's outcome from the batch's answer (or its failure), with the counts,
         fallbacks, audit and canary tallies; raises when a failure must stop the run."""
-        n = len(batch.ended)
+        n, real = len(batch.ended), batch.real
         if error is not None:
             self.counts["request_errors"] += 1
             if self.config.fail_on_request_error:
                 raise RuntimeError(
-                    f"VLM reward request for {n} episodes failed: {error}. Set "
+                    f"VLM reward request for {real} episodes failed: {error}. Set "
                     f"env.train.reward_model.fail_on_request_error: False to use the '{self.config.fallback}' "
                     "fallback instead (counted in env/vlm_fallback)"
                 ) from error
             logger.warning(
-                "VLM reward request failed (%s); %d episodes use the '%s' fallback", error, n, self.config.fallback
+                "VLM reward request failed (%s); %d episodes use the '%s' fallback", error, real, self.config.fallback
             )
             items = [None] * len(batch.episodes)
-        real = zip(batch.ended, items[:n], strict=True)
-        refused = [(e.env, item.error) for e, item in real if item is not None and item.error is not None]
+        answers = iter(items[:real])  # each ended episode's answer, None for those not sent
+        mine = [None if i in batch.unsent else next(answers) for i in range(n)]
+        refused = [
+            (e.env, item.error)
+            for e, item in zip(batch.ended, mine, strict=True)
+            if item is not None and item.error is not None
+        ]
         if refused:
             # the server answered, but not for these episodes (a wrong option, a deadline): a
             # request error like any other, not a model output to fall back from silently
@@ -261,7 +286,7 @@ class EpisodeJudge:
                     "fallback instead (counted in env/vlm_fallback)"
                 )
         elapsed_ms = (batch.finished - batch.started) * 1000
-        for probe, item in zip(batch.probes, items[n:], strict=True):  # logged only; a failure is counted
+        for probe, item in zip(batch.probes, items[real:], strict=True):  # logged only; a failure is counted
             answer = item.response if item is not None else None
             score = answer.score if answer is not None else None
             self.counts["canary_failures"] += score is None
@@ -269,15 +294,20 @@ class EpisodeJudge:
             if score is None and item is not None:  # a request that failed was logged once, above
                 why = item.error or item.response.parse_status.value
                 logger.warning("VLM canary %s has no score (%s); no reward depends on it", probe.request_id, why)
-        out = [self._outcome(e, item, elapsed_ms) for e, item in zip(batch.ended, items[:n], strict=True)]
+        out = [
+            self._outcome(e, item, elapsed_ms, batch.unsent.get(i))
+            for i, (e, item) in enumerate(zip(batch.ended, mine, strict=True))
+        ]
         logger.info("VLM reward: judged %d episodes in %.0f ms (totals %s)", n, elapsed_ms, self.counts)
         return out
 
-    def _outcome(self, ended: Ended, item: Any, elapsed_ms: float) -> Outcome:
+    def _outcome(self, ended: Ended, item: Any, elapsed_ms: float, unsent: str | None = None) -> Outcome:
         score = item.response.score if item is not None and item.response is not None else None
         if score is None:
             reason = (
-                "request failed"
+                f"not sent: {unsent}"
+                if unsent is not None
+                else "request failed"
                 if item is None
                 else f"{item.error.type}: {item.error.message}"
                 if item.error is not None
@@ -335,6 +365,20 @@ class EpisodeJudge:
         for window in (self.audit, self.canaries):
             out.update(window.scalars() if window else {})
         return out
+
+
+def _view_error(ended: Ended) -> str | None:
+    """Why this episode cannot go as one request (its cameras), or None: the protocol's own check
+    of several views, made here so that one episode is refused, not its whole batch."""
+    if ended.error is not None:
+        return ended.error
+    if not ended.views:
+        return None
+    try:
+        check_view_layout([name for name, _ in ended.views], [len(f) for _, f in ended.views])
+    except ValueError as exc:
+        return f"its views cannot make a request: {exc}"
+    return None
 
 
 def _inline(options: ScoreOptions, video: Video) -> ScoreRequest:

@@ -35,7 +35,7 @@ def to_numpy(value: Any) -> np.ndarray:
 
 
 def _parse(name: str) -> tuple[str, int | None]:
-    match = _NAME.fullmatch(name)
+    match = _NAME.fullmatch(name.strip())
     if match is None or (match.group(2) is not None and match.group(1) != "extra_view_images"):
         raise ValueError(
             f"unknown view {name!r}: allowed are {', '.join(VIEW_KEYS)} and extra_view_images[i] (one of its cameras)"
@@ -43,18 +43,36 @@ def _parse(name: str) -> tuple[str, int | None]:
     return match.group(1), None if match.group(2) is None else int(match.group(2))
 
 
+def normalized(name: str) -> str:
+    """The one spelling of a view name: surrounding whitespace dropped, a camera index without
+    leading zeros (`extra_view_images[00]` is `extra_view_images[0]`)."""
+    key, index = _parse(name)
+    return key if index is None else f"{key}[{index}]"
+
+
 def check_views(names: Sequence[str]) -> list[str]:
-    """The configured view names, or a ValueError saying what is wrong and what is allowed."""
-    names = list(names)
-    if not names:
+    """The configured view names, normalized (`normalized`), or a ValueError saying what is wrong
+    and what is allowed: each camera named once, so no two views of a request carry one camera
+    under one label (a request cannot carry them, and a camera would be lost)."""
+    given = list(names)
+    if not given:
         raise ValueError(f"views is empty: name at least one of {', '.join(VIEW_KEYS)}")
-    for name in names:
-        _parse(name)
-    if len(set(names)) != len(names):
-        raise ValueError(f"views names a camera twice: {names}")
-    if len(names) > MAX_VIEWS:
-        raise ValueError(f"views names {len(names)} cameras; a request carries at most {MAX_VIEWS}")
-    return names
+    out = [normalized(name) for name in given]
+    seen: dict[str, str] = {}
+    for name, spelled in zip(out, given, strict=True):
+        if name in seen:
+            twice = f"{seen[name]!r} and {spelled!r} are both {name}" if seen[name] != spelled else f"{name} twice"
+            raise ValueError(f"views names a camera twice ({twice}); name each camera once")
+        seen[name] = spelled
+    indexed = [name for name in out if name.startswith("extra_view_images[")]
+    if "extra_view_images" in out and indexed:
+        raise ValueError(
+            f"views names extra_view_images, which stands for each of its cameras, and {', '.join(indexed)} too: "
+            "name either extra_view_images (all of them) or the cameras one by one (extra_view_images[i])"
+        )
+    if len(out) > MAX_VIEWS:
+        raise ValueError(f"views names {len(out)} cameras; a request carries at most {MAX_VIEWS}")
+    return out
 
 
 def several(names: Sequence[str]) -> bool:
@@ -84,6 +102,9 @@ def pick(obs: Mapping[str, Any], names: Sequence[str]) -> list[View]:
         if index is not None and index >= frames.shape[1]:
             raise ValueError(f"views names {name}, but extra_view_images holds {frames.shape[1]} cameras")
         out += [(f"{_LABELS[key]} {i}", frames[:, i]) for i in cameras]
+    labels = [label for label, _ in out]
+    if len(set(labels)) != len(labels):  # names that check_views did not normalize (a config built by hand)
+        raise ValueError(f"views {list(names)} give one camera twice ({labels}); name each camera once")
     if len(out) > MAX_VIEWS:
         raise ValueError(f"views give {len(out)} cameras ({names}); a request carries at most {MAX_VIEWS}")
     return out
@@ -103,4 +124,14 @@ def frames_of(obs: Any, names: Sequence[str]) -> tuple[np.ndarray, list[View]]:
     return to_numpy(obs), []
 
 
-__all__ = ["DEFAULT_VIEWS", "VIEW_KEYS", "View", "check_views", "frames_of", "pick", "several", "to_numpy"]
+__all__ = [
+    "DEFAULT_VIEWS",
+    "VIEW_KEYS",
+    "View",
+    "check_views",
+    "frames_of",
+    "normalized",
+    "pick",
+    "several",
+    "to_numpy",
+]

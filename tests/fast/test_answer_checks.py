@@ -1,150 +1,105 @@
 """The client believes no answer that cannot be right (fast tier).
 
-A small real HTTP server on 127.0.0.1 plays a faulty reward server or proxy: its first answers
-are impossible (scores 7.5, -3.0, NaN; indices 100.. for 3 episodes, all 0; an item with neither
-a response nor an error; too few items; a curve point above 1), then it answers correctly. The
-real httpx clients (sync and async, JSON and raw batches) and the real RLinf hook go through it.
-Each impossible answer must be a counted protocol error that is retried, never a reward."""
+A small real HTTP server on 127.0.0.1 (tests/helpers/faulty.py) plays a faulty reward server or
+proxy: its first answers are impossible (scores 7.5, -3.0, NaN; indices 100.. for 3 episodes, all
+0; an item with neither a response nor an error; too few items; a curve point above 1), right only
+when read leniently (`true` or `"0.7"` as a score, `[false, true]` as a curve, `"1"`, `true` or
+`1.0` as an index), self-contradictory (a failed parse with a score, a score that is not the
+curve's last point) or curves of the wrong length for the K asked; then it answers correctly. The
+real httpx clients (sync and async, JSON and raw batches, /score), the real RLinf hook and
+reward_tools.label_episodes go through it. Each wrong answer must be a counted protocol error
+that is retried, never a reward."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
+import logging
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from reward_client.client import AsyncRewardClient, RetryPolicy, RewardClient, RewardUnavailable
 from reward_client.rlinf.hook import RewardModelConfig, VLMRewardHook
-from reward_protocol import raw_batch
 from reward_protocol.score import InlineFrames, ScoreOptions, ScoreRequest
+from tests.helpers.faulty import CURVE_FAULTS, FAULTS, GOOD, FaultyServer, curve
 
 FAST = RetryPolicy(deadline_s=10, backoff_initial_s=0.02, backoff_max_s=0.05)
-GOOD = 0.42
 N = 3
-
-
-def response(score, progress=None) -> dict:
-    return {
-        "score": score,
-        "model_output": "",
-        "backend": "faulty",
-        "parse_status": "ok",
-        "score_mode": "unit",
-        "nframes": 2,
-        "progress": progress,
-    }
-
-
-# fault -> the batch answer's items for n episodes
-FAULTS = {
-    "score_7.5": lambda n: [{"index": i, "response": response(7.5)} for i in range(n)],
-    "score_-3.0": lambda n: [{"index": i, "response": response(-3.0)} for i in range(n)],
-    "score_nan": lambda n: [{"index": i, "response": response(float("nan"))} for i in range(n)],
-    "indices_100": lambda n: [{"index": 100 + i, "response": response(GOOD)} for i in range(n)],
-    "indices_all_0": lambda n: [{"index": 0, "response": response(GOOD)} for _ in range(n)],
-    "neither": lambda n: [{"index": i} for i in range(n)],
-    "too_few": lambda n: [{"index": i, "response": response(GOOD)} for i in range(n - 1)],
-    "curve_point_2": lambda n: [{"index": i, "response": response(GOOD, [0.5, 2.0])} for i in range(n)],
-    "not_the_schema": lambda n: [{"index": i, "response": {"score": GOOD}} for i in range(n)],
-}
-
-
-class FaultyServer:
-    """Answers /score/batch (JSON or raw) and /score with `fault` for the first `faulty` requests,
-    then correctly (every score GOOD); /health says ok."""
-
-    def __init__(self, fault: str, faulty: int, max_items: int | None = None):
-        self.fault, self.faulty, self.requests = fault, faulty, 0
-        self.max_items = max_items  # larger batches: a proxy's 413 in HTML (nginx's client_max_body_size)
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _answer(self, body: dict) -> None:
-                data = json.dumps(body).encode()  # NaN stays NaN, as a faulty server writes it
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._answer({"status": "ok", "backend": "faulty", "engine": "none", "model": "none"})
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                owner.requests += 1
-                bad = owner.requests <= owner.faulty
-                if self.path == "/score":
-                    items = FAULTS[owner.fault](1) if bad else [{"response": response(GOOD)}]
-                    self._answer(items[0].get("response") or {})
-                    return
-                if self.headers["content-type"] == raw_batch.CONTENT_TYPE:
-                    n = len(raw_batch.decode(body)[0].requests)
-                else:
-                    n = len(json.loads(body)["requests"])
-                if owner.max_items is not None and n > owner.max_items:
-                    page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
-                    self.send_response(413)
-                    self.send_header("content-type", "text/html")
-                    self.send_header("content-length", str(len(page)))
-                    self.end_headers()
-                    self.wfile.write(page)
-                    return
-                items = FAULTS[owner.fault](n) if bad else [{"index": i, "response": response(GOOD)} for i in range(n)]
-                self._answer({"results": items})
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.http.serve_forever, args=(0.02,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
-
-    def __enter__(self) -> FaultyServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 def frames(level: int = 90) -> np.ndarray:
     return np.full((4, 28, 28, 3), level, np.uint8)
 
 
-def json_requests() -> list[ScoreRequest]:
-    return [
-        ScoreRequest(task_text="open the drawer", nframes=4, frames=InlineFrames.from_array(frames())) for _ in range(N)
-    ]
+def options(points: int = 1) -> ScoreOptions:
+    return ScoreOptions(task_text="open the drawer", nframes=4, progress_points=points)
 
 
-def raw_episodes() -> list:
-    return [(ScoreOptions(task_text="open the drawer", nframes=4), frames()) for _ in range(N)]
+def json_requests(points: int = 1) -> list[ScoreRequest]:
+    return [ScoreRequest(**options(points).model_dump(), frames=InlineFrames.from_array(frames())) for _ in range(N)]
+
+
+def raw_episodes(points: int = 1) -> list:
+    return [(options(points), frames()) for _ in range(N)]
+
+
+def protocol_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "impossible answer" in r.getMessage()]
+
+
+def score_through(server: FaultyServer, transport: str, points: int = 1):
+    with RewardClient(server.url, FAST) as client:
+        if transport == "json":
+            items = client.score_batch(json_requests(points))
+        elif transport == "raw":
+            items = client.score_episodes(raw_episodes(points))
+        else:  # /score, one episode
+            return [client.score(json_requests(points)[0])], client
+        assert [item.index for item in items] == list(range(N))
+        return [item.response for item in items], client
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 @pytest.mark.parametrize("transport", ["json", "raw"])
-def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, transport):
-    with FaultyServer(fault, faulty=2) as server, RewardClient(server.url, FAST) as client:
-        if transport == "json":
-            items = client.score_batch(json_requests())
-        else:
-            items = client.score_episodes(raw_episodes())
-        assert [item.index for item in items] == list(range(N))
-        assert [item.response.score for item in items] == [GOOD] * N  # only the correct answer became rewards
-        assert client.protocol_errors == 2 and client.attempts == 3
-        assert client.stats()["protocol_errors"] == 2
+def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, transport, caplog):
+    """Scores out of range, wrong indices, and answers only a lax reading makes right (`true` or
+    `"0.7"` as a score, `[false, true]` as a curve, `"1"`, `true` or `1.0` as an index), and parts
+    that disagree (a failed parse with a score, a score that is not the curve's last point): each
+    a protocol error naming what is wrong, retried; only the right answer becomes a score."""
+    caplog.set_level(logging.WARNING, "reward_client.client")
+    with FaultyServer(fault, faulty=2) as server:
+        responses, client = score_through(server, transport)
+    assert [r.score for r in responses] == [GOOD] * N  # only the correct answer became rewards
+    assert client.protocol_errors == 2 and client.attempts == 3
+    assert client.stats()["protocol_errors"] == 2
+    warnings = protocol_warnings(caplog)
+    assert len(warnings) == 2 and all(FAULTS[fault][1] in w for w in warnings), warnings
 
 
-@pytest.mark.parametrize("fault", ["score_nan", "indices_100", "neither"])
+@pytest.mark.parametrize("fault", sorted(CURVE_FAULTS))
+@pytest.mark.parametrize("transport", ["json", "raw", "score"])
+def test_a_curve_must_have_exactly_the_points_asked_for(fault, transport, caplog):
+    """Asked for K = 4: 2 points, 20 points or none at all are protocol errors (before: 2 points
+    were placed at the wrong steps, 20 raised ProgressPointsError, none made the run sparse)."""
+    caplog.set_level(logging.WARNING, "reward_client.client")
+    with FaultyServer(fault, faulty=1) as server:
+        responses, client = score_through(server, transport, points=4)
+    assert [r.progress for r in responses] == [curve(4)] * len(responses)
+    assert [r.score for r in responses] == [GOOD] * len(responses)
+    assert client.protocol_errors == 1
+    assert CURVE_FAULTS[fault][1] in protocol_warnings(caplog)[0]
+
+
+def test_a_curve_on_a_one_score_request_is_refused():
+    """progress_points 1 asks for one score: an answer with a 2-point curve is not for this request."""
+    with FaultyServer("curve_2_points", faulty=1) as server:
+        responses, client = score_through(server, "raw", points=1)
+    assert [r.progress for r in responses] == [None] * N and client.protocol_errors == 1
+
+
+@pytest.mark.parametrize("fault", ["score_nan", "indices_100", "neither", "score_true", "index_float"])
 def test_the_async_client_checks_its_answers_too(fault):
     async def go():
         client = AsyncRewardClient(server.url, FAST)
@@ -159,11 +114,27 @@ def test_the_async_client_checks_its_answers_too(fault):
     assert client.protocol_errors == 1
 
 
-@pytest.mark.parametrize("fault", ["score_7.5", "score_nan", "curve_point_2"])
+def test_the_async_client_checks_the_curve_length():
+    async def go():
+        client = AsyncRewardClient(server.url, FAST)
+        try:
+            return await client.score_episodes(raw_episodes(4)), await client.score(json_requests(4)[0]), client
+        finally:
+            await client.aclose()
+
+    with FaultyServer("curve_20_points", faulty=2) as server:
+        items, single, client = asyncio.run(go())
+    assert [i.response.progress for i in items] == [curve(4)] * N and single.progress == curve(4)
+    assert client.protocol_errors == 2
+
+
+@pytest.mark.parametrize(
+    "fault", ["score_7.5", "score_nan", "curve_point_2", "score_true", "score_string", "no_number_with_score"]
+)
 def test_a_single_score_is_checked(fault):
-    with FaultyServer(fault, faulty=1) as server, RewardClient(server.url, FAST) as client:
-        assert client.score(json_requests()[0]).score == GOOD
-        assert client.protocol_errors == 1
+    with FaultyServer(fault, faulty=1) as server:
+        responses, client = score_through(server, "score")
+    assert responses[0].score == GOOD and client.protocol_errors == 1
 
 
 def test_a_server_that_keeps_answering_wrongly_is_unavailable_at_the_deadline():
@@ -177,29 +148,75 @@ def test_a_server_that_keeps_answering_wrongly_is_unavailable_at_the_deadline():
         assert client.protocol_errors >= 3 and client.attempts - client.protocol_errors in (0, 1)
 
 
-@pytest.mark.parametrize("fault", ["neither", "score_-3.0"])
+def run_hook(
+    server: FaultyServer, steps: int = 3, policy: RetryPolicy = FAST, use_rel_reward: bool = False, **options
+) -> tuple[VLMRewardHook, np.ndarray]:
+    """Episodes of N envs that all end after `steps` steps, judged by the hook through `server`."""
+    options.setdefault("nframes", 4)
+    config = RewardModelConfig(enable=True, url=server.url, wait_ready_s=5, **options)
+    client = RewardClient(server.url, policy)
+    h = VLMRewardHook(config, num_envs=N, client=client, use_rel_reward=use_rel_reward)
+    h.on_reset(None, np.full((N, 28, 28, 3), 50, np.uint8))
+    for t in range(1, steps + 1):
+        frames_t = np.full((N, 28, 28, 3), 50 + t, np.uint8)
+        values = h.on_step(frames_t, ["open the drawer"] * N, np.zeros(N, bool), np.full(N, t == steps))
+    return h, values
+
+
+LENIENT = ["score_true", "score_string", "progress_bools", "index_string", "index_true", "index_float"]
+DISAGREEING = ["no_number_with_score", "null_score_ok", "score_not_last_point"]
+
+
+@pytest.mark.parametrize("fault", ["neither", "score_-3.0", "score_true", "index_float"])
 def test_the_hook_falls_back_and_counts_instead_of_crashing(fault):
     """`fail_on_request_error: False`: an impossible answer is a counted fallback (before: an item
-    with neither field raised AttributeError in the hook, and -3.0 became the reward)."""
+    with neither field raised AttributeError in the hook, and -3.0 or `true` became the reward)."""
+    policy = RetryPolicy(deadline_s=1.0, backoff_initial_s=0.05, backoff_max_s=0.1)
     with FaultyServer(fault, faulty=10**6) as server:
-        config = RewardModelConfig(
-            enable=True, url=server.url, nframes=4, wait_ready_s=5, deadline_s=1.0, fail_on_request_error=False
-        )
-        client = RewardClient(server.url, RetryPolicy(deadline_s=1.0, backoff_initial_s=0.05, backoff_max_s=0.1))
-        h = VLMRewardHook(config, num_envs=N, client=client)
-        h.on_reset(None, np.full((N, 28, 28, 3), 50, np.uint8))
-        for t in range(1, 4):
-            values = h.on_step(
-                np.full((N, 28, 28, 3), 50 + t, np.uint8),
-                ["open the drawer"] * N,
-                np.zeros(N, bool),
-                np.full(N, t == 3),
-            )
-        assert values.tolist() == [0.0] * N  # the 'zero' fallback, not -3.0
-        assert h.counts["fallbacks"] == N and h.counts["request_errors"] == 1 and h.counts["scored"] == 0
-        info = h.episode_info()
-        assert info["vlm_fallback"].tolist() == [1.0] * N
-        assert info["vlm_protocol_errors"][0] == client.protocol_errors >= 3
+        h, values = run_hook(server, policy=policy, fail_on_request_error=False)
+    assert values.tolist() == [0.0] * N  # the 'zero' fallback, not -3.0
+    assert h.counts["fallbacks"] == N and h.counts["request_errors"] == 1 and h.counts["scored"] == 0
+    info = h.episode_info()
+    assert info["vlm_fallback"].tolist() == [1.0] * N
+    assert info["vlm_protocol_errors"][0] == h.client.protocol_errors >= 3
+
+
+@pytest.mark.parametrize("fault", LENIENT + DISAGREEING)
+@pytest.mark.parametrize("transport", ["raw", "inline"])
+def test_the_hook_rewards_only_a_strict_answer(fault, transport):
+    """Before: `"score": true` became reward 1.0 through the hook with vlm_protocol_errors at 0."""
+    with FaultyServer(fault, faulty=1) as server:
+        h, values = run_hook(server, transport=transport)
+    assert values.tolist() == [GOOD] * N  # the retried, right answer; never the lenient one
+    assert h.counts["scored"] == N and h.counts["fallbacks"] == 0
+    assert h.episode_info()["vlm_protocol_errors"].tolist() == [1.0] * N
+
+
+@pytest.mark.parametrize("fault", sorted(CURVE_FAULTS))
+def test_a_dense_hook_places_only_a_curve_of_the_points_asked_for(fault):
+    """K = 4 under use_rel_reward: a curve of 2 or 20 points, or none, is a counted protocol error
+    and the right curve's moves are placed (before: 2 points placed at the wrong steps, 20 raised
+    ProgressPointsError out of on_step, none left the run sparse)."""
+    dense = {"progress_points": 4, "use_rel_reward": True, "nframes": 8, "steps": 8}
+    with FaultyServer(fault, faulty=0) as server:
+        right, _ = run_hook(server, **dense)
+    with FaultyServer(fault, faulty=1) as server:
+        h, values = run_hook(server, **dense)
+    assert h.curves == right.curves == {env: curve(4) for env in range(N)}
+    assert h.pending == right.pending and all(h.pending.values())  # the same moves, to the same steps
+    assert values.tolist() == [GOOD] * N
+    assert h.episode_info()["vlm_protocol_errors"].tolist() == [1.0] * N
+
+
+def test_a_curve_that_never_has_the_points_asked_for_stops_training_naming_the_answer():
+    """fail_on_request_error: True: the run stops saying the server's answer was wrong, not that
+    the user's progress_points is out of range."""
+    policy = RetryPolicy(deadline_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.1)
+    dense = {"progress_points": 4, "use_rel_reward": True, "nframes": 8, "steps": 8}
+    with FaultyServer("curve_20_points", faulty=10**6) as server:
+        with pytest.raises(RuntimeError, match="progress curve has 20 points; 4 were asked for") as caught:
+            run_hook(server, policy=policy, **dense)
+    assert "out of range" not in str(caught.value)
 
 
 def test_a_proxys_413_halves_the_batch_until_it_passes():
@@ -222,3 +239,31 @@ def test_the_error_at_the_deadline_names_why_the_attempts_before_a_cut_short_one
         message = str(attempts._unavailable())
     assert "4 attempts; last: ReadTimeout" in message
     assert "before it: protocol error: the answer's indices are [0, 0]" in message
+
+
+@pytest.mark.parametrize(
+    ("fault", "rule"),
+    [
+        ("score_true", ["--rule", "score"]),
+        ("no_number_with_score", ["--rule", "score"]),
+        ("curve_2_points", ["--points", "4"]),
+    ],
+)
+def test_label_episodes_labels_only_from_a_strict_answer(fault, rule, tmp_path):
+    """reward_tools.label_episodes reads the judge through the same client: `"score": true` no
+    longer labels a success (before: score 1.0), nor a failed parse that carries 0.9; a 2-point
+    curve for K = 4 is not placed."""
+    from reward_tools import label_episodes
+    from tests.fast.test_label_episodes import write_rlinf_episodes
+
+    write_rlinf_episodes(tmp_path / "in", [(8, 4, "open the drawer"), (8, None, "open the drawer")])
+    with FaultyServer(fault, faulty=1) as server:
+        args = ["--url", server.url, "--episodes", str(tmp_path / "in"), "--out", str(tmp_path / "out"), *rule]
+        code = label_episodes.main(args)
+    assert code == 0
+    lines = (tmp_path / "out" / "judged.jsonl").read_text().splitlines()[1:]
+    entries = [json.loads(line) for line in lines]
+    assert [e["score"] for e in entries] == [GOOD, GOOD]
+    assert [e["curve"] for e in entries] == [curve(4) if "--points" in rule else None] * 2
+    report = json.loads((tmp_path / "out" / "agreement.json").read_text())
+    assert report["overall"]["judged_success"] == 0  # 0.42 < the 0.5 threshold: no success labeled
