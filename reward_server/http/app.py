@@ -188,6 +188,7 @@ def build_app(service: RewardService) -> FastAPI:
             idle_timeout_s=settings.body_timeout_s,
             min_rate=settings.body_min_rate_kib_s * 1024,
             total_s=timeout_s,
+            clients_deadline=timeout_s < settings.request_timeout_s,
         )
         reader = BodyReader(request.receive, length, limits, service.admission)
         service.admit_body(length)
