@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reward_protocol.bounded_json import InvalidJSON, loads_bounded
 from reward_protocol.chat import ChatCompletionRequest
@@ -135,8 +135,29 @@ def parse_score_json(body: bytes) -> Source | VideoError:
     return _source(_validate(ScoreRequest, body))
 
 
-def parse_batch_json(body: bytes) -> list[Source | VideoError]:
-    return [_source(req) for req in _validate(BatchScoreRequest, body).requests]
+class _BatchEnvelope(BaseModel):
+    """A JSON batch's outside (BatchScoreRequest's bounds), its items validated one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[Any] = BatchScoreRequest.model_fields["requests"]
+
+
+def parse_batch_json(body: bytes) -> list[Source | VideoError | InvalidBody]:
+    """Each item of a JSON batch on its own: one that fails validation is that item's 422 error
+    (`requests.<i>.<field>: ...`), the others are scored (as a raw batch's frames errors are). A
+    body that is not a batch (not JSON, no `requests` list, too many items) fails as a whole."""
+    envelope = _validate(_BatchEnvelope, body)
+    out: list[Source | VideoError | InvalidBody] = []
+    for index, item in enumerate(envelope.requests):  # type: ignore[attr-defined]
+        try:
+            req = ScoreRequest.model_validate(item)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("requests", index, *e.get("loc", ()))} for e in exc.errors()]
+            out.append(InvalidBody(validation_message(errors), error_param(errors)))
+            continue
+        out.append(_source(req))
+    return out
 
 
 def parse_chat_json(body: bytes) -> ChatCompletionRequest:
