@@ -32,16 +32,21 @@ def launch(path: Path, log: Path, *flags: str) -> ServerProcess:
     return ServerProcess(args, log_path=log).start()
 
 
+def refused(path: Path, log: Path, *flags: str) -> str:
+    """Start a server that must not become ready; its log."""
+    server = launch(path, log, *flags)
+    try:
+        with pytest.raises(ServerFailed):
+            server.wait_ready(600)
+    finally:
+        server.stop()
+    return log.read_text(errors="replace")
+
+
 def test_vllm_refuses_a_bad_default_at_start_and_warns_of_an_unreadable_file(tiny_checkpoint, tmp_path):
     # a default no request could send: refused before the model loads, naming the field and the range
     bad = checkpoint_with(tiny_checkpoint, tmp_path / "bad", json.dumps({"temperature": -1, "top_k": 1}))
-    server = launch(bad, tmp_path / "bad.log")
-    try:
-        with pytest.raises(ServerFailed):
-            server.wait_ready(120)
-    finally:
-        server.stop()
-    log = (tmp_path / "bad.log").read_text(errors="replace")
+    log = refused(bad, tmp_path / "bad.log")
     assert "generation_config.json sets temperature -1 (allowed: a number in [0, 2])" in log, log[-3000:]
     # an empty file: a warning naming it; vLLM serves with the neutral values
     empty = checkpoint_with(tiny_checkpoint, tmp_path / "empty", "")
@@ -55,11 +60,5 @@ def test_vllm_refuses_a_bad_default_at_start_and_warns_of_an_unreadable_file(tin
     log = (tmp_path / "empty.log").read_text(errors="replace")
     assert f"{empty / 'generation_config.json'} cannot be read as JSON" in log, log[-3000:]
     # vLLM's own overrides pass the same rule, after its load
-    server = launch(empty, tmp_path / "override.log", "--engine-option", 'override_generation_config={"top_p": 7}')
-    try:
-        with pytest.raises(ServerFailed):
-            server.wait_ready(600)
-    finally:
-        server.stop()
-    log = (tmp_path / "override.log").read_text(errors="replace")
+    log = refused(empty, tmp_path / "override.log", "--engine-option", 'override_generation_config={"top_p": 7}')
     assert "sets top_p 7 (allowed: a number in (0, 1])" in log, log[-3000:]
