@@ -116,7 +116,11 @@ class DecodedBudget:
             if waiter.done() and not waiter.cancelled():
                 self._give(nbytes)  # granted just as the wait was cancelled
             else:
-                self._waiters.remove((nbytes, waiter))
+                # a cancelled wait may already be off the queue: another waiter's cancellation ran
+                # _wake first, which drops cancelled waiters it reaches (a batch's deadline cancels
+                # all its waiting episodes at once: this was a ValueError, a 500, per episode)
+                if (nbytes, waiter) in self._waiters:
+                    self._waiters.remove((nbytes, waiter))
                 self._wake()  # the next in line may fit now
             raise
         return Lease(self, nbytes)

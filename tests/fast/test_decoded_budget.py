@@ -66,6 +66,28 @@ def test_waiters_are_served_first_come_first_served_and_a_cancelled_wait_takes_n
     asyncio.run(scenario())
 
 
+def test_waits_cancelled_together_take_nothing_and_raise_only_their_cancellation():
+    """A batch's deadline cancels all its waiting episodes at once: the first one's cleanup wakes
+    the queue, which drops the second's (cancelled) wait before its own cleanup runs. Before, that
+    cleanup raised ValueError (an internal_error per episode) instead of the deadline's 504."""
+
+    async def scenario() -> None:
+        budget = DecodedBudget(10)
+        held = await budget.take(8 * MB)
+        first = asyncio.ensure_future(budget.take(5 * MB))
+        second = asyncio.ensure_future(budget.take(1 * MB))  # fits, but waits behind `first`
+        await asyncio.sleep(0)
+        first.cancel()
+        second.cancel()
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert budget.in_use == 8 * MB and not budget._waiters
+        held.release()
+        assert budget.in_use == 0
+
+    asyncio.run(scenario())
+
+
 def test_frames_a_reference_cycle_keeps_are_freed_once_their_budget_is_given_back():
     """An exception's traceback keeps the locals of its frames (decoded pixels) in a cycle that
     only the collector frees; the reclaimer collects once enough decoded memory was given back."""
