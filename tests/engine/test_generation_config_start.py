@@ -19,7 +19,7 @@ SAY = [{"role": "user", "content": "say something"}]
 def checkpoint_with(tiny_checkpoint: str, where: Path, text: str) -> Path:
     """The tiny checkpoint (its files linked) with `text` as its generation_config.json."""
     path = where / "ckpt"
-    path.mkdir()
+    path.mkdir(parents=True)
     for item in Path(tiny_checkpoint).iterdir():
         if item.name != "generation_config.json":
             (path / item.name).symlink_to(item)
