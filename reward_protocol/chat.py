@@ -193,6 +193,11 @@ class ChatCompletionRequest(BaseModel):
     )
     allowed_token_ids: list[int] | None = Field(default=None, max_length=MAX_ALLOWED_TOKEN_IDS)
     stream: bool | None = Field(default=None, description="streaming is not built: true is refused (400)")
+    stream_options: dict[str, Any] | None = Field(
+        default=None,
+        description="an object or null (as OpenAI and vLLM: false or a list is refused); only null or {} "
+        "without streaming",
+    )
     response_format: dict[str, Any] | None = Field(default=None, description="only {'type': 'text'}")
     user: str | None = Field(default=None, max_length=1024, description="accepted and ignored")
     # vLLM's extra parameters that change the answer and are honoured here, as vLLM does

@@ -156,10 +156,17 @@ def decode_header(head: bytes | memoryview, body_length: int) -> RawBatchHeader:
                     f"requests.{index}.frames: {list(ref.shape)} at offset {ref.offset} needs "
                     f"{ref.offset + ref.nbytes} payload bytes, the body has {payload}"
                 )
-    named = sum(ref.nbytes for item in header.requests for ref in item.frame_refs())
-    hint = wide_pixels_hint(payload, named) if payload != named else ""
-    if hint:  # frames written as float32 (or wider) with uint8 shapes: refused, never read as pixels
-        raise RawBatchError(f"the payload holds {payload} bytes, the frames its header names {named}{hint}")
+    # one rule for every length: the payload ends where its last frames region ends. Bytes no
+    # region names are refused however many (frames written as float32 with uint8 shapes are 4x:
+    # the hint says so), never ignored.
+    end = max((ref.offset + ref.nbytes for item in header.requests for ref in item.frame_refs()), default=0)
+    if payload != end:
+        named = sum(ref.nbytes for item in header.requests for ref in item.frame_refs())
+        raise RawBatchError(
+            f"the payload holds {payload} bytes but its header's frames end at byte {end} ({named} bytes of "
+            f"frames named): {payload - end} bytes no frames region names; the payload must end where the last "
+            f"region ends{wide_pixels_hint(payload, named)}"
+        )
     return header
 
 

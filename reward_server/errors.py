@@ -20,7 +20,15 @@ from reward_server.media.images import ImageError, ImageTooLarge
 from reward_server.media.paths import FileNotFound, FileTooLarge, InvalidPath, InvalidURL, PathNotAllowed
 from reward_server.media.video import VideoError, VideoTooLarge
 from reward_server.profiles import UnknownBackend, UnsupportedOption
-from reward_server.request_errors import BadRequest, BodyTimeout, BodyTooLarge, ClientGone, FieldError, LengthRequired
+from reward_server.request_errors import (
+    BadRequest,
+    BodyDeadline,
+    BodyTimeout,
+    BodyTooLarge,
+    ClientGone,
+    FieldError,
+    LengthRequired,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +102,8 @@ ERROR_TYPES: list[ErrorType] = [
         "body_timeout",
         408,
         "the body stalled for `--body-timeout-s`, arrived slower than `--body-min-rate-kib-s` on average after "
-        "that grace, or not within `--request-timeout-s` (a trickle cannot extend it); the connection is closed",
+        "that grace, or not within `--request-timeout-s` (a trickle cannot extend it); the connection is closed. "
+        "A client deadline (`X-Reward-Deadline-S`) that passes first is a 504 `deadline_exceeded`, not this",
         (BodyTimeout,),
     ),
     ErrorType("header_timeout", 408, "the request head did not arrive within `--header-timeout-s`"),
@@ -207,8 +216,10 @@ ERROR_TYPES: list[ErrorType] = [
     ErrorType(
         "deadline_exceeded",
         504,
-        "the request took longer than `--request-timeout-s` (in a batch: that item's error)",
-        (DeadlineExceeded,),
+        "the request took longer than `--request-timeout-s`, or than the client's `X-Reward-Deadline-S` if "
+        "shorter (in a batch: that item's error); also when the client's deadline passes while its body is "
+        "still arriving (the connection is closed)",
+        (DeadlineExceeded, BodyDeadline),
     ),
     ErrorType(
         "client_closed_request",

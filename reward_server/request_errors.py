@@ -44,6 +44,14 @@ class BodyTimeout(Exception):
     server's own timeouts into 504 must never see the client's stall as one."""
 
 
+class BodyDeadline(Exception):
+    """The client's own deadline (X-Reward-Deadline-S) passed while its body was still arriving:
+    504 deadline_exceeded, retryable (a later attempt with a longer deadline can succeed), never
+    the 408 of a body the server itself gave up on. The rest of the body is not read."""
+
+    close_connection = True
+
+
 class ClientGone(ConnectionError):
     """The client disconnected before its answer was ready."""
 

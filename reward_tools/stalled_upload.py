@@ -29,21 +29,24 @@ class StalledUpload:
 
     port: int
     declared: int | None
+    headers: dict[str, str] = field(default_factory=dict)  # more request headers (X-Reward-Deadline-S)
     sent: int = 0
     closed: bool = False
     status: int | None = None
     error_type: str | None = None
     message: str = ""
+    retryable: bool | None = None
     _sock: socket.socket = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers.items())
         if self.declared is None:
-            framing = "Transfer-Encoding: chunked\r\n"
+            framing = extra + "Transfer-Encoding: chunked\r\n"
             self._sock.sendall(HEAD_TEMPLATE.format(path="/score", ctype="application/json", framing=framing).encode())
             self.tick()  # the body has begun: '{'
         else:
-            framing = f"Content-Length: {self.declared}\r\n"
+            framing = f"{extra}Content-Length: {self.declared}\r\n"
             head = HEAD_TEMPLATE.format(path="/score/batch", ctype=raw_batch.CONTENT_TYPE, framing=framing)
             self._sock.sendall(head.encode() + RAW_PREFIX)
             self.sent = len(RAW_PREFIX)
@@ -93,6 +96,7 @@ class StalledUpload:
             try:
                 error = json.loads(body)["error"]
                 self.error_type, self.message = error["type"], error["message"]
+                self.retryable = error.get("retryable")
             except (ValueError, KeyError, TypeError):
                 pass
 

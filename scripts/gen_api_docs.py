@@ -27,7 +27,9 @@ dialect, models in `reward_protocol/chat.py`) they have OpenAI's shape, `{"error
 {"message", "type", "param", "code"}}`, with the same statuses, `code` holding the type below
 and `param` the request field at fault, except that a body or field that fails validation is a
 400 there (`bad_request`, `param` naming the field), as `vllm serve` and OpenAI answer it. In a batch, an item that fails has the same `type` in
-its own `error`, and the other items are scored. Every 503 carries `Retry-After`.
+its own `error`, and the other items are scored: in a JSON batch, an item that fails validation
+too (`invalid_request`, the message naming `requests.<i>.<field>`); a body that is not a batch
+(no `requests` list, too many items), and a raw batch's header, fail as a whole. Every 503 carries `Retry-After`.
 
 Every error also says `retryable` (the column below): `true` when the same request (or batch
 item) sent again can succeed (the server was full, loading or draining, the engine failed that
@@ -60,7 +62,8 @@ its limits, or a proxy in front of it).
 
 Frames are uint8 on the wire (`frames.data_b64`, raw batch payloads). The client converts float
 frames in [0, 1] as round(x * 255) (`reward_protocol.frames.as_uint8`) and refuses other dtypes;
-the server names wider pixels (a payload 2, 4 or 8 times the bytes the shapes need) in its error.
+a frames buffer or raw payload of any other length than its shapes need is refused (422), and
+the error names wider pixels when the length is 2, 4 or 8 times what the shapes need.
 """
 
 

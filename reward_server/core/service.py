@@ -23,6 +23,7 @@ from reward_server.core.deadline import Deadline
 from reward_server.core.metrics import Metrics
 from reward_server.core.warmup import WarmupReport, warm_up
 from reward_server.engines.base import AnswerWordsUnsupported, Engine, EngineDead
+from reward_server.engines.generation_defaults import check_checkpoint
 from reward_server.media.decode_pool import DecodePool, PoolBudget
 from reward_server.media.decoded_budget import DecodedBudget
 from reward_server.media.decoding import Preparer
@@ -93,8 +94,12 @@ class RewardService:
         started = time.perf_counter()
         try:
             await asyncio.to_thread(self.pool.start)
+            # the checkpoint's sampling defaults, one rule for every engine: a bad value refuses
+            # the start before the model loads, not every chat request once served
+            check_checkpoint(self.engine.config.model_path)
             await self.engine.start()
             self._check_answer_words()
+            self.engine.sampling_defaults()  # what the engine applies (vLLM's overrides too), checked
         except Exception as exc:
             logger.exception("engine %s could not load %s", self.engine.name, self.engine.model_name)
             self.fail(f"engine could not start: {type(exc).__name__}: {exc}")

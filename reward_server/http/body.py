@@ -12,7 +12,9 @@ uploads never wait on each other.
 
 A body has a total deadline a trickle cannot extend: after a grace of `--body-timeout-s` it must
 have arrived at `--body-min-rate-kib-s` on average, and all of it within `--request-timeout-s`;
-a sender that stalls for `--body-timeout-s` is cut off too (408, connection closed). After the
+a sender that stalls for `--body-timeout-s` is cut off too (408, connection closed). A client
+deadline (X-Reward-Deadline-S) shorter than `--request-timeout-s` that passes while the body
+arrives is the client's deadline, not a refusal: 504 deadline_exceeded, retryable. After the
 body, the reader keeps listening so the handler can be cancelled (and its engine work aborted)
 when the client disconnects.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reward_server.http.prefault import Prefault
-from reward_server.request_errors import BodyTimeout, BodyTooLarge, ClientGone
+from reward_server.request_errors import BodyDeadline, BodyTimeout, BodyTooLarge, ClientGone
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -45,7 +47,8 @@ class BodyLimits:
     max_bytes: int  # --max-body-mb
     idle_timeout_s: float  # --body-timeout-s: no byte for this long ends the body; also the grace
     min_rate: float  # bytes/s on average after the grace (--body-min-rate-kib-s)
-    total_s: float  # the whole body within this (--request-timeout-s)
+    total_s: float  # the whole body within this (--request-timeout-s, or the client's deadline if shorter)
+    clients_deadline: bool = False  # total_s is the client's X-Reward-Deadline-S, not the server's limit
 
 
 class ArrivedBytes(Protocol):
@@ -101,17 +104,27 @@ class BodyReader:
         self._task = asyncio.create_task(self._run(), name="body-reader")
         return self
 
+    def _by_rate(self) -> float:
+        lim = self.limits
+        return self.started + lim.idle_timeout_s + self.received / lim.min_rate
+
     def _deadline(self) -> float:
         """When the body is late: after the grace, it must keep up with the minimum rate, so each
         byte extends the deadline by 1/rate only (a trickle cannot hold the connection)."""
-        lim = self.limits
-        by_rate = self.started + lim.idle_timeout_s + self.received / lim.min_rate
-        return min(by_rate, self.started + lim.total_s)
+        return min(self._by_rate(), self.started + self.limits.total_s)
 
-    def _late(self) -> BodyTimeout:
+    def _late(self) -> BodyTimeout | BodyDeadline:
+        """Why the body is late: the deadline that bound (the timer may fire a hair before it)."""
         lim = self.limits
         elapsed = time.monotonic() - self.started
-        if elapsed >= lim.total_s:
+        total = self.started + lim.total_s <= self._by_rate()
+        if total and lim.clients_deadline:
+            return BodyDeadline(
+                f"the client's deadline of {lim.total_s:g} s (X-Reward-Deadline-S) passed while its body was "
+                f"arriving ({self.received} of {self.length if self.length is not None else '?'} bytes received "
+                f"in {elapsed:.3g} s); a retry with a longer deadline can succeed"
+            )
+        if total:
             why = f"the body did not arrive within {lim.total_s:g} s (--request-timeout-s)"
         else:
             why = (

@@ -45,6 +45,7 @@ class BodyIntake:
             idle_timeout_s=settings.body_timeout_s,
             min_rate=settings.body_min_rate_kib_s * 1024,
             total_s=deadline.seconds,
+            clients_deadline=deadline.seconds < settings.request_timeout_s,
         )
         reader = BodyReader(request.receive, length, limits, service.admission)
         service.admit_body(length)

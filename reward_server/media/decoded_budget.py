@@ -4,7 +4,9 @@ A request of a few hundred bytes can name a video that decodes to gigabytes, so 
 episode counts do not bound the server's memory; decoded pixels do. Every episode's decoded
 size (frames x height x width x 3 after the resize, known before decoding: from a raw batch's
 header, an inline array's shape, or a probe of the video's stream) is taken from this budget
-before its frames are made and given back when its answer is done. An episode larger than the
+before its frames are made and given back when its answer is done (one share for all of an
+episode's camera views, taken at once: an episode never holds part of its size while it waits
+for the rest, which deadlocked episodes of several views). An episode larger than the
 whole budget can never fit: 413 naming the budget and the flag. One that does not fit now waits
 its turn, first come first served (a large episode is not starved by small ones), within its
 request's deadline (504 past it, which the client retries).
@@ -114,7 +116,11 @@ class DecodedBudget:
             if waiter.done() and not waiter.cancelled():
                 self._give(nbytes)  # granted just as the wait was cancelled
             else:
-                self._waiters.remove((nbytes, waiter))
+                # a cancelled wait may already be off the queue: another waiter's cancellation ran
+                # _wake first, which drops cancelled waiters it reaches (a batch's deadline cancels
+                # all its waiting episodes at once: this was a ValueError, a 500, per episode)
+                if (nbytes, waiter) in self._waiters:
+                    self._waiters.remove((nbytes, waiter))
                 self._wake()  # the next in line may fit now
             raise
         return Lease(self, nbytes)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reward_protocol.bounded_json import InvalidJSON, loads_bounded
 from reward_protocol.chat import ChatCompletionRequest
@@ -135,8 +135,29 @@ def parse_score_json(body: bytes) -> Source | VideoError:
     return _source(_validate(ScoreRequest, body))
 
 
-def parse_batch_json(body: bytes) -> list[Source | VideoError]:
-    return [_source(req) for req in _validate(BatchScoreRequest, body).requests]
+class _BatchEnvelope(BaseModel):
+    """A JSON batch's outside (BatchScoreRequest's bounds), its items validated one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[Any] = BatchScoreRequest.model_fields["requests"]
+
+
+def parse_batch_json(body: bytes) -> list[Source | VideoError | InvalidBody]:
+    """Each item of a JSON batch on its own: one that fails validation is that item's 422 error
+    (`requests.<i>.<field>: ...`), the others are scored (as a raw batch's frames errors are). A
+    body that is not a batch (not JSON, no `requests` list, too many items) fails as a whole."""
+    envelope = _validate(_BatchEnvelope, body)
+    out: list[Source | VideoError | InvalidBody] = []
+    for index, item in enumerate(envelope.requests):  # type: ignore[attr-defined]
+        try:
+            req = ScoreRequest.model_validate(item)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("requests", index, *e.get("loc", ()))} for e in exc.errors()]
+            out.append(InvalidBody(validation_message(errors), error_param(errors)))
+            continue
+        out.append(_source(req))
+    return out
 
 
 def parse_chat_json(body: bytes) -> ChatCompletionRequest:
@@ -241,7 +262,7 @@ class Preparer:
         probe = None
         if self.budget is not None:  # what decoding will make, known before decoding
             probe = await self.pool.run(probe_media, source.kind, source.payload, self.roots, self.limits)
-            await self._admit(probe.frames, probe.height, probe.width, o.nframes, o.max_pixels)
+            await self._admit([(probe.frames, probe.height, probe.width)], o.nframes, o.max_pixels)
         return await self.pool.run(
             decode_media,
             source.kind,
@@ -295,19 +316,27 @@ class Preparer:
     async def raw(self, frames: np.ndarray, nframes: int, max_pixels: int) -> np.ndarray:
         """Model-ready frames from decoded ones (a raw batch item's view of the body, or inline
         frames), within the decoded-memory budget."""
-        t, h, w = frames.shape[:3]
-        await self._admit(t, h, w, nframes, max_pixels)
+        await self._admit([frames.shape[:3]], nframes, max_pixels)
         return await asyncio.to_thread(prepare_raw, frames, nframes, max_pixels, self.spec)
 
     async def views(self, views: Sequence[View], nframes: int, max_pixels: int) -> list[View]:
-        """Each camera view model-ready, as `raw` makes one (the same steps picked from each). One
-        after the other in this task: each view's budget lease lasts until the episode's answer."""
-        return [(name, await self.raw(frames, nframes, max_pixels)) for name, frames in views]
+        """Each camera view model-ready, as `raw` makes one (the same steps picked from each), under
+        one budget lease for the whole episode, taken before any view is prepared: a lease per view,
+        each held until the answer, let episodes hold some views while waiting for the rest, and
+        deadlock each other (issue 58)."""
+        await self._admit([frames.shape[:3] for _, frames in views], nframes, max_pixels)
+        return [
+            (name, await asyncio.to_thread(prepare_raw, frames, nframes, max_pixels, self.spec))
+            for name, frames in views
+        ]
 
-    async def _admit(self, t: int, h: int, w: int, nframes: int, max_pixels: int) -> None:
-        """Take the episode's decoded size from the budget until its task (its answer) ends."""
+    async def _admit(self, shapes: Sequence[tuple[int, ...]], nframes: int, max_pixels: int) -> None:
+        """Take the episode's decoded size (every view's frames [T, H, W]) from the budget, at
+        once, until its task (its answer) ends."""
         if self.budget is None:
             return
-        nbytes = decoded_bytes(t, h, w, nframes, max_pixels, self.spec)
-        lease = await self.budget.take(nbytes, f"this episode ({t} frames of {w}x{h}, nframes {nframes})")
+        nbytes = sum(decoded_bytes(t, h, w, nframes, max_pixels, self.spec) for t, h, w in shapes)
+        sizes = ", ".join(f"{t} frames of {w}x{h}" for t, h, w in shapes)
+        views = f"{len(shapes)} views: " if len(shapes) > 1 else ""
+        lease = await self.budget.take(nbytes, f"this episode ({views}{sizes}, nframes {nframes})")
         lease.hold_until_task_ends()

@@ -264,6 +264,10 @@ def test_the_official_openai_client(server):
         ({"top_logprobs": -1, "logprobs": True}, 400, "bad_request", "top_logprobs"),
         ({"top_logprobs": -2, "logprobs": True}, 400, "bad_request", "top_logprobs"),
         ({"stream_options": {"include_usage": True}}, 400, "bad_request", "stream_options"),
+        # an object or null, as OpenAI and vLLM (before, false and [] were accepted: issue 58)
+        ({"stream_options": False}, 400, "bad_request", "stream_options"),
+        ({"stream_options": []}, 400, "bad_request", "stream_options"),
+        ({"stream_options": "include_usage"}, 400, "bad_request", "stream_options"),
         # vLLM honours these and they change the answer: refused by name, never ignored
         ({"media_io_kwargs": {"video": {"num_frames": 4}}}, 400, "bad_request", "media_io_kwargs"),
         ({"repetition_detection": {"max_pattern_size": 4, "min_count": 3}}, 400, "bad_request", "repetition_detection"),

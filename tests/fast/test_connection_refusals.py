@@ -73,18 +73,25 @@ def assert_served(server) -> None:
 
 
 def test_a_body_shorter_than_its_length_is_never_scored(server):
-    """Everything the header names has arrived, 100 declared bytes have not: the answer waits for
-    them, then is 408 body_timeout (the server must not score what may be a cut-off upload)."""
+    """The last 100 bytes of the frames never arrive: the answer waits for them, then is 408
+    body_timeout (the server must not score what may be a cut-off upload). A length declaring
+    100 bytes past every frames region is refused at once, from the header (issue 58: bytes no
+    region names are a wrong length, whatever their count)."""
     content = one_episode()
     sock = connect(server)
     started = time.monotonic()
-    sock.sendall(raw_request(content, len(content) + 100))
+    sock.sendall(raw_request(content, len(content))[:-100])
     status, headers, body = read_answer(sock)
     waited = time.monotonic() - started
     assert status == 408 and headers["content-type"] == "application/json", (status, body)
     error = json.loads(body)["error"]
-    assert error["type"] == "body_timeout" and f"{len(content)} bytes received" in error["message"], error
+    assert error["type"] == "body_timeout" and f"{len(content) - 100} bytes received" in error["message"], error
     assert BODY_TIMEOUT_S * 0.9 <= waited < BODY_TIMEOUT_S + 5, waited
+    sock.close()
+    sock = connect(server)
+    sock.sendall(raw_request(content, len(content) + 100))
+    status, _, body = read_answer(sock)
+    assert status == 422 and b"100 bytes no frames region names" in body, (status, body)
     sock.close()
     assert_served(server)
 
@@ -100,13 +107,16 @@ def test_a_body_cut_off_by_the_client_closing_is_never_scored(server):
     assert_served(server)
 
 
-def test_extra_bytes_after_what_the_header_names_are_fine(server):
-    content = one_episode() + b"\0" * 100  # padding the header does not name: a complete body
+def test_extra_bytes_after_what_the_header_names_are_refused_and_nothing_is_scored(server):
+    """Padding the header does not name, sent whole: a wrong length, refused like any other
+    (issue 58; before, padding was ignored unless it made 2x/4x/8x the frames' bytes)."""
+    content = one_episode() + b"\0" * 100
     sock = connect(server)
     sock.sendall(raw_request(content, len(content)))
     status, _, body = read_answer(sock)
-    assert status == 200 and json.loads(body)["results"][0]["response"], body
+    assert status == 422 and b"100 bytes no frames region names" in body, body
     sock.close()
+    assert_served(server)
 
 
 def test_connection_refusals_carry_the_error_body(server):

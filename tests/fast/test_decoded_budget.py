@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import time
 
 import numpy as np
 import pytest
@@ -61,6 +62,28 @@ def test_waiters_are_served_first_come_first_served_and_a_cancelled_wait_takes_n
         assert budget.in_use == 0 and budget.peak == 8 * MB
         with pytest.raises(DecodedTooLarge, match="--max-decoded-mb"):
             await budget.take(11 * MB)
+
+    asyncio.run(scenario())
+
+
+def test_waits_cancelled_together_take_nothing_and_raise_only_their_cancellation():
+    """A batch's deadline cancels all its waiting episodes at once: the first one's cleanup wakes
+    the queue, which drops the second's (cancelled) wait before its own cleanup runs. Before, that
+    cleanup raised ValueError (an internal_error per episode) instead of the deadline's 504."""
+
+    async def scenario() -> None:
+        budget = DecodedBudget(10)
+        held = await budget.take(8 * MB)
+        first = asyncio.ensure_future(budget.take(5 * MB))
+        second = asyncio.ensure_future(budget.take(1 * MB))  # fits, but waits behind `first`
+        await asyncio.sleep(0)
+        first.cancel()
+        second.cancel()
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert budget.in_use == 8 * MB and not budget._waiters
+        held.release()
+        assert budget.in_use == 0
 
     asyncio.run(scenario())
 
@@ -222,3 +245,85 @@ def test_an_image_that_changed_after_its_probe_is_refused():
         decode_image(png, DecodeLimits(), QWEN2_5_VL, "messages[0].content[0].image_url.url", Probe(1, 32, 64))
     assert exc.value.param == "messages[0].content[0].image_url.url"
     assert decode_image(png, DecodeLimits(), QWEN2_5_VL, "", Probe(1, 64, 64)).shape == (56, 56, 3)
+
+
+def two_views(steps: int, size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"main camera": episode_frames(steps, size, seed), "wrist camera": episode_frames(steps, size, seed + 1)}
+
+
+def views_body(frames: dict[str, np.ndarray], nframes: int) -> dict:
+    views = [{"name": name, "frames": inline(f)} for name, f in frames.items()]
+    return {"task_text": TASK, "nframes": nframes, "views": views}
+
+
+def test_an_episode_whose_views_together_exceed_the_budget_is_a_413_at_once_naming_its_size():
+    """Three views of 1.2 MB each under a 2 MB budget: every view fits alone, the episode does not.
+    Before, each view took its own share: the third waited for the first two, held by the same
+    episode, and the answer was a retryable deadline_exceeded after the whole timeout."""
+    views = {**two_views(8, 224), "top camera": episode_frames(8, 224, seed=5)}
+    size = 3 * decoded_bytes(8, 224, 224, 8, 200704, QWEN2_5_VL)
+    with InProcessServer(max_decoded_mb=2, request_timeout_s=10) as s:
+        t0 = time.monotonic()
+        r = post(f"{s.url}/score", json=views_body(views, 8))
+        assert r.status_code == 413, r.text
+        error = r.json()["error"]
+        assert error["type"] == "decoded_too_large" and not error["retryable"], error
+        assert f"{-(-size // MB)} MB" in error["message"] and "3 views" in error["message"], error
+        assert "budget of 2 MB (--max-decoded-mb)" in error["message"], error
+        assert time.monotonic() - t0 < 5
+        assert stats(s.url)["decoded_mb_peak"] == 0  # refused before any view was taken
+        # raw: that item's error, the other item scored
+        r = score_raw(
+            s.url,
+            raw_batch.encode(
+                [
+                    (ScoreOptions(task_text=TASK, nframes=8), views),
+                    (ScoreOptions(task_text=TASK, nframes=4), episode_frames(4)),
+                ]
+            ).tobytes(),
+        )
+        first, second = r.json()["results"]
+        assert first["error"]["type"] == "decoded_too_large" and second["response"]["score"] is not None, r.text
+
+
+def test_two_view_episodes_that_each_fit_alone_are_scored_in_turn_not_deadlocked():
+    """Two 2-view episodes, each 77% of the budget, in one JSON batch and in one raw batch: one at
+    a time, both scored. Before, each took its first view's share and waited forever for its
+    second (the JSON batch: both episodes' frames are ready at once)."""
+    a, b = two_views(4, 112, seed=0), two_views(4, 112, seed=10)
+    episode = 2 * decoded_bytes(4, 112, 112, 4, 200704, QWEN2_5_VL)
+    budget_mb = episode / 0.77 / MB
+    with InProcessServer(max_decoded_mb=budget_mb, request_timeout_s=10, engine_option=["delay_ms=100"]) as s:
+        t0 = time.monotonic()
+        r = post(f"{s.url}/score/batch", json={"requests": [views_body(v, 4) for v in (a, b)]}, timeout=15)
+        assert [bool(item["response"]) for item in r.json()["results"]] == [True, True], r.text
+        assert time.monotonic() - t0 < 5
+        r = score_raw(s.url, raw_batch.encode([(ScoreOptions(task_text=TASK, nframes=4), v) for v in (a, b)]).tobytes())
+        assert [bool(item["response"]) for item in r.json()["results"]] == [True, True], r.text
+        st = stats(s.url)
+        assert st["decoded_mb_peak"] == pytest.approx(episode / MB, abs=0.001)  # never two at once
+        assert st["decoded_mb_in_use"] == 0
+
+
+def test_many_two_view_episodes_score_as_fast_as_the_same_bytes_in_one_view_episodes():
+    """16 two-view episodes (24 MB decoded) under a 10 MB budget, against 32 one-view episodes of
+    the same frames; inline, in one batch each. Before, the two-view batch scored nothing (13
+    episodes held one view each, none could take its second) and ended at the deadline."""
+    frames = [episode_frames(4, 252, seed=i) for i in range(32)]
+    options = ScoreOptions(task_text=TASK, nframes=4)
+    one = [{**options.model_dump(exclude_none=True), "frames": inline(f)} for f in frames]
+    two = [views_body({"main camera": frames[2 * i], "wrist camera": frames[2 * i + 1]}, 4) for i in range(16)]
+    per_view = decoded_bytes(4, 252, 252, 4, 200704, QWEN2_5_VL)
+    with InProcessServer(max_decoded_mb=10, request_timeout_s=10, engine_option=["delay_ms=20"]) as s:
+        took = {}
+        for name, requests in (("one view", one), ("two views", two)):
+            t0 = time.monotonic()
+            r = post(f"{s.url}/score/batch", json={"requests": requests}, timeout=30)
+            took[name] = time.monotonic() - t0
+            assert r.status_code == 200, r.text
+            scored = [item for item in r.json()["results"] if item.get("response")]
+            assert len(scored) == len(requests), (name, r.text[:500])
+        assert took["two views"] < 5, took
+        st = stats(s.url)
+        assert st["decoded_mb_peak"] <= 10 and st["decoded_mb_peak"] >= 2 * per_view / MB, st
+        assert st["decoded_mb_in_use"] == 0

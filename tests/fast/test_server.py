@@ -92,6 +92,26 @@ def test_one_bad_item_does_not_fail_the_batch(server, tmp_path):
     assert results[2]["response"]["parse_status"] == "logprob"
 
 
+def test_one_schema_invalid_item_of_a_json_batch_is_that_items_error_and_the_others_are_scored(server):
+    """Issue 58 class 10: before, one item the schema refuses (nframes 0, a 5000-character task,
+    an unknown field) was a 422 for the whole batch, and its good items were never scored."""
+    good = body(episode_frames(6))
+    bad = [{**good, "nframes": 0}, {**good, "task_text": "x" * 5000}, {**good, "colour": "red"}]
+    r = post(f"{server.url}/score/batch", json={"requests": [good, *bad, good]})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [item["index"] for item in results] == [0, 1, 2, 3, 4]
+    assert results[0]["response"]["parse_status"] == "ok" and results[4]["response"]["parse_status"] == "ok"
+    for index, field in ((1, "nframes"), (2, "task_text"), (3, "colour")):
+        error = results[index]["error"]
+        assert error["type"] == "invalid_request" and not error["retryable"], error
+        assert error["message"].startswith(f"requests.{index}.{field}: "), error
+    # what is not a batch still fails as a whole
+    for envelope in ({"requests": []}, {"requests": good}, {"requests": [good], "extra": 1}):
+        r = post(f"{server.url}/score/batch", json=envelope)
+        assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_request", r.text
+
+
 @pytest.mark.parametrize(
     "content, status, kind, fragment",
     [

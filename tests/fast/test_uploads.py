@@ -97,3 +97,35 @@ def test_concurrent_bodies_over_the_budget_are_refused_one_at_a_time_and_one_is_
     assert len(done) >= 1 and len(done) + len(refused) == 4, [(r.received, r.error) for r in readers]
     assert all(r.held == 0 for r in refused)
     assert admission.bytes == sum(r.held for r in done) == 40 * len(done)
+
+
+def test_a_client_deadline_that_passes_while_the_body_arrives_is_a_retryable_504_not_a_refusal():
+    """Issue 58 class 9. Before, a body cut by the client's own X-Reward-Deadline-S was the 408
+    body_timeout of a refused upload, non-retryable, blaming --request-timeout-s."""
+    with InProcessServer(body_timeout_s=30, body_min_rate_kib_s=0.001) as s:
+        # a deadline too short for any body: the whole body is sent, the deadline has passed
+        body = {"task_text": TASK, "frames": inline(episode_frames(4))}
+        r = post(f"{s.url}/score", json=body, headers={"X-Reward-Deadline-S": "1e-300"})
+        error = r.json()["error"]
+        assert r.status_code == 504 and error["type"] == "deadline_exceeded" and error["retryable"], r.text
+        assert "X-Reward-Deadline-S" in error["message"] and "body was arriving" in error["message"], error
+        assert "--request-timeout-s" not in error["message"], error
+        # a body still arriving when the client's 0.5 s pass: cut then, the connection closed
+        t0 = time.monotonic()
+        upload = StalledUpload(s.settings.port, 2**20, headers={"X-Reward-Deadline-S": "0.5"})
+        upload.answer(10)
+        assert (upload.status, upload.error_type, upload.retryable) == (504, "deadline_exceeded", True), upload
+        assert "0.5 s (X-Reward-Deadline-S)" in upload.message, upload.message
+        assert time.monotonic() - t0 < 3
+        assert stats(s.url)["bytes_in_progress"] == 0
+        assert small_score(s.url) == 200
+
+
+@pytest.mark.parametrize("header", [None, "30"], ids=["no client deadline", "a longer client deadline"])
+def test_a_slow_upload_past_the_servers_own_limit_stays_a_408(header):
+    """The server's --request-timeout-s (1 s) is what cuts the body: a refusal, 408 body_timeout."""
+    with InProcessServer(request_timeout_s=1, body_timeout_s=30, body_min_rate_kib_s=0.001) as s:
+        upload = StalledUpload(s.settings.port, 2**20, headers={"X-Reward-Deadline-S": header} if header else {})
+        upload.answer(10)
+        assert (upload.status, upload.error_type, upload.retryable) == (408, "body_timeout", False), upload
+        assert "--request-timeout-s" in upload.message, upload.message

@@ -140,8 +140,9 @@ def test_the_server_refuses_views_that_do_not_show_the_same_moments(server):
     with pytest.raises(ValidationError, match="same number of frames"):
         ScoreRequest(task_text="t", views=views(4, 6))
     body = {"requests": [{"task_text": "t", "views": [v.model_dump() for v in views(4, 6)]}]}
-    answer = httpx.post(f"{server.url}/score/batch", json=body)
-    assert answer.status_code == 422 and "same number of frames" in answer.text
+    answer = httpx.post(f"{server.url}/score/batch", json=body)  # that item's error (a JSON batch)
+    [item] = answer.json()["results"]
+    assert item["error"]["type"] == "invalid_request" and "same number of frames" in item["error"]["message"]
     two = {"a": np.zeros((4, 28, 28, 3), np.uint8), "b": np.zeros((2, 28, 28, 3), np.uint8)}
     raw = raw_batch.encode([(ScoreOptions(task_text="t"), two)])
     headers = {"content-type": raw_batch.CONTENT_TYPE}

@@ -207,7 +207,7 @@ class ChatCompletions:
             raise BadRequest(f"response_format {fmt!r} is not supported; only 'text'", "response_format")
         if (req.model_extra or {}).get("tools") == []:  # vLLM's rule (and OpenAI's)
             raise BadRequest("tools must not be an empty array; leave it out", "tools")
-        if (req.model_extra or {}).get("stream_options"):  # vLLM's rule: any options but empty ones
+        if req.stream_options:  # vLLM's rule: any options but empty ones
             raise BadRequest("stream_options can only be set with stream: true", "stream_options")
         for name, (what, _) in UNSUPPORTED_FIELDS.items():
             value = (req.model_extra or {}).get(name)

@@ -51,6 +51,7 @@ from reward_server.engines.base import (
     EngineInputRejected,
     EngineRequestFailed,
 )
+from reward_server.engines.generation_defaults import checked_defaults
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
@@ -594,8 +595,10 @@ class VllmEngine(Engine):
 
     def sampling_defaults(self) -> dict[str, Any]:
         """vLLM's own reading of the checkpoint's generation config: what `vllm serve` with the same
-        engine options (`generation_config`, `override_generation_config`) applies."""
-        return dict(self._llm.model_config.get_diff_sampling_param())
+        engine options (`generation_config`, `override_generation_config`) applies, checked by the
+        rule every engine follows (generation_defaults.checked_defaults)."""
+        defaults = dict(self._llm.model_config.get_diff_sampling_param())
+        return checked_defaults(defaults, "vLLM's generation config (the checkpoint's, with --engine-option overrides)")
 
     def _render(self, inputs: dict, params: Any, cap: int | None) -> Any:
         """vLLM's input processing for one request (its HF processor: the costly part), through its
