@@ -77,7 +77,8 @@ if [ "$cpu" = 1 ]; then
     log "replacing torch ${TORCH_FOR_VLLM_CPU}+cpu with the build torchvision was made for (~2 min, several GB)"
     tmp=$(mktemp -d)
     PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$PY" -m pip download --quiet --no-deps "torch==$TORCH_FOR_VLLM_CPU" -d "$tmp"
-    PIP_FIND_LINKS= pip_install --force-reinstall "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl
+    PYTHON="$PY" PIP_FIND_LINKS= bash "$ROOT/scripts/swap_torch.sh" "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl \
+      "${constraints[@]}"
     rm -rf "$tmp"
   fi
   "$PY" -c "import torch, torchvision, vllm; torch.ops.torchvision.nms; print('[install_deps] torch', torch.__version__, 'vllm', vllm.__version__)" >&2
