@@ -70,6 +70,11 @@ def test_dockerfile_matches_the_server():
         assert user.isdigit() and user != "0"  # non-root, numeric
         assert any("scripts/install_deps.sh" in run for run in stage["RUN"])
     assert any("install_deps.sh --cpu" in run for run in instructions("cpu")["RUN"])
+    # the scripts install_deps.sh runs (the CPU install's torch swap) are in the image beside it
+    copied = {source for copy in ins["COPY"] for source in copy.split()[:-1]}
+    for script in re.findall(r'"\$ROOT/(scripts/[\w.]+\.sh)"', (REPO / "scripts" / "install_deps.sh").read_text()):
+        if script != "scripts/setup_libero_env.sh":  # --libero: a separate venv, not the image's
+            assert script in copied, f"install_deps.sh runs {script}, which the image lacks"
     health = json.loads(ins["HEALTHCHECK"][0].partition("CMD ")[2])
     assert health == ["python", "-m", "reward_server.healthcheck"]
     entry = json.loads(ins["ENTRYPOINT"][0])
