@@ -67,9 +67,23 @@ def episode_tokens(settings: ServerSettings, spec: FrameSpec) -> tuple[int, int]
     return slices * (height // spec.pixel_factor) * (width // spec.pixel_factor), slices
 
 
-def engine_config(settings: ServerSettings) -> EngineConfig:
+def cuda_available() -> bool:
+    """Whether the vllm engine will run on CUDA GPUs: the test its engine arguments make
+    (VllmEngine.engine_kwargs). It initializes no CUDA context, so vLLM may still fork."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def engine_config(settings: ServerSettings, on_gpu: bool | None = None) -> EngineConfig:
+    """The engine configuration these settings describe. `on_gpu`: whether vLLM runs on CUDA GPUs,
+    which turns on the encoder switches the settings leave unset; None: asked of torch, only
+    where it matters (the vllm engine, a switch left unset)."""
     backend = canonical_backend(settings.backend)
-    options = settings.engine_options()
+    if on_gpu is None:
+        unset = None in (settings.compile_mm_encoder, settings.cudagraph_mm_encoder)
+        on_gpu = settings.engine == "vllm" and unset and cuda_available()
+    options = settings.engine_options(on_gpu=on_gpu)
     if settings.engine == "vllm":  # the encoder's CUDA graphs captured at the episodes' size
         options = with_encoder_graph_sizes(options, *episode_tokens(settings, load_profile(backend).frame_spec))
     return EngineConfig(

@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-option", action="append", default=[], metavar="KEY=VALUE", help="as the server's (repeatable)"
     )
-    parser.add_argument("--compile-mm-encoder", action="store_true", help="as the server's flag")
+    # as the server's flags: on GPUs both on unless turned off (--no-compile-mm-encoder, ...)
+    for flag in ("--compile-mm-encoder", "--cudagraph-mm-encoder"):
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help="as the server's flag")
     parser.add_argument(
         "--profile-dir",
         type=Path,
@@ -153,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         engine_option=args.engine_option,
         compile_mm_encoder=args.compile_mm_encoder,
+        cudagraph_mm_encoder=args.cudagraph_mm_encoder,
+        # the encoder's CUDA graphs are sized for the warm-up's episode: these episodes
+        warmup_frames=args.frames,
+        warmup_size=args.size,
     )
     config = engine_config(settings)
     if args.engine == "vllm":

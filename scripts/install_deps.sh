@@ -36,12 +36,14 @@ done
 
 log() { echo "[install_deps] $*" >&2; }
 
-# The lock that fits this install: the CPU test setup, or the light client. The GPU install
-# (vLLM for CUDA) cannot be resolved on the CPU machines CI runs on, so it keeps its ranges.
+# The lock that fits this install: the light client, the CPU test setup, or the GPU server
+# (vLLM for CUDA with the torch it was measured on; resolved by lock_deps.sh for Linux x86-64,
+# CPython 3.11 and 3.12, since the CPU machines that refresh it cannot install it)
 lock=""
 if [ "$locked" = 1 ]; then
   if [ "$client" = 1 ]; then lock="$ROOT/requirements/client.lock"
   elif [ "$cpu" = 1 ]; then lock="$ROOT/requirements/cpu.lock"
+  else lock="$ROOT/requirements/gpu.lock"
   fi
 fi
 constraints=()
@@ -75,7 +77,8 @@ if [ "$cpu" = 1 ]; then
     log "replacing torch ${TORCH_FOR_VLLM_CPU}+cpu with the build torchvision was made for (~2 min, several GB)"
     tmp=$(mktemp -d)
     PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$PY" -m pip download --quiet --no-deps "torch==$TORCH_FOR_VLLM_CPU" -d "$tmp"
-    PIP_FIND_LINKS= pip_install --force-reinstall "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl
+    PYTHON="$PY" PIP_FIND_LINKS= bash "$ROOT/scripts/swap_torch.sh" "$tmp"/torch-"$TORCH_FOR_VLLM_CPU"-*.whl \
+      "${constraints[@]}"
     rm -rf "$tmp"
   fi
   "$PY" -c "import torch, torchvision, vllm; torch.ops.torchvision.nms; print('[install_deps] torch', torch.__version__, 'vllm', vllm.__version__)" >&2

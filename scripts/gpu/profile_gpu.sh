@@ -7,7 +7,7 @@
 #   (results under $RES, packed into $OUT)
 #
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
-#            256 and 1024 new tokens, median of 3 each; the phases table and the goal (gen256 within
+#            256 and 1024 new tokens (PRIMO_STYLES), median of 3 each; the phases table and the goal (gen256 within
 #            1.2x of gen1 + 256 decode steps). PRIMO_FLAGS: more server flags (a setting to check).
 # primo_raw: the same prompts on the bare engine (LLM.generate), gen1 and gen256.
 # k1_raw:    the same prompts on the bare engine (LLM.generate, inputs in memory), logprob.
@@ -48,8 +48,13 @@ RES=${RES:-/tmp/res}
 mkdir -p "$OUT" "$RES"
 CKPT=/tmp/ckpt7b
 [ -f $CKPT/config.json ] || python3 -m reward_server.tiny_checkpoint $CKPT --preset qwen2_5_vl_7b >/dev/null
+# SERVER_BASE: every server's flags instead of the rounds' engine flags below, e.g. a preset as the
+# README starts it ("--config configs/server/qwen2_5_vl_7b.yaml --model-path /tmp/ckpt7b --gpu-ids 0";
+# scripts/gpu/measure_issue57.sh). Since the encoder switches became the GPU default, every row below
+# runs with --compile-mm-encoder --cudagraph-mm-encoder unless its flags say --no-...
 COMMON="--engine vllm --model-path $CKPT --dtype bfloat16 --max-model-len 8192 --log-level warning"
 COMMON="$COMMON --gpu-memory-utilization 0.85 --max-num-batched-tokens 65536 --mm-encoder-attn-backend FLASH_ATTN"
+COMMON=${SERVER_BASE:-$COMMON}
 N=${N:-64}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$RES/gpu.txt"
 # the host's CPU too: the server's input processing runs there, and two H200 hosts gave K = 16 curves
@@ -144,7 +149,8 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
 
 case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_ab, curves_spy or ab}" in
   primo)
-    serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 ${PRIMO_FLAGS:-} --warmup-batch $N" --styles gen1 gen256 gen1024 \
+    # shellcheck disable=SC2086  # PRIMO_STYLES is a list
+    serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 ${PRIMO_FLAGS:-} --warmup-batch $N" --styles ${PRIMO_STYLES:-gen1 gen256 gen1024} \
       --repeats "${REPEATS:-3}"
     ;;
   primo_raw)

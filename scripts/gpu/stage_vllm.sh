@@ -1,21 +1,59 @@
 #!/usr/bin/env bash
-# Stage vLLM 0.24 and this project's extra wheels on a fresh lent GPU machine, in three device calls
-# back to back (a machine stays warm ~30 s between calls). Prepare the carries here first:
-#   bash ../shared/gpu/prepare_vllm_carry.sh .vx        # .vx/p1 p2 p3 (the vLLM recipe)
-#   .vx/x: av, httptools, orjson, loguru wheels for Python 3.12 (the server's decode workers import
-#          av; loguru for FP8), e.g. pip download --no-deps --only-binary=:all: --python-version 3.12 ...
-# then on the device:
+# Stage vLLM and this project's extra wheels on a fresh lent GPU machine (device tool).
+#
+# The pieces of scripts/gpu/prepare_vllm_carry.sh (vLLM 0.26.0 or 0.24.0; as many pieces as the tree
+# leaves room for in a 64 MiB call, it prints the calls), back to back (a machine stays warm ~30 s
+# between calls):
+#   run(carry=[".vx/c1"]): bash scripts/gpu/stage_vllm.sh piece
+#   ...
+#   run(carry=[".vx/cN"]): bash scripts/gpu/stage_vllm.sh piece install && <the measurement>
+# `piece` copies every .vx/cK that travelled (or stayed) into /tmp/stage; `install` refuses, naming
+# them, while pieces are missing, then installs into /tmp/site and writes the random-weight
+# 7B-shaped checkpoint to /tmp/ckpt7b.
+#
+# The earlier recipe (../shared/gpu/prepare_vllm_carry.sh, vLLM 0.24 in .vx/p1 p2 p3, .vx/x, .vx/xa,
+# .vx/p1d), steps 1, 2, 2x, 2x, 3:
 #   run(carry=[".vx/p1"]):          bash scripts/gpu/stage_vllm.sh 1
 #   run(carry=[".vx/p2"]):          bash scripts/gpu/stage_vllm.sh 2
 #   run(carry=[".vx/xa"]):          bash scripts/gpu/stage_vllm.sh 2x   (av: .vx/x with it outgrew a carry)
 #   run(carry=[".vx/p1d"]):         bash scripts/gpu/stage_vllm.sh 2x   (p1's deps/ folder, moved out once p1
 #                                     and the tree outgrew one; with .vx/xa and the tree it passed 64 MiB)
 #   run(carry=[".vx/p3", ".vx/x"]): bash scripts/gpu/stage_vllm.sh 3 && <the measurement>
-# The tree (~15 MiB, growing with docs/bench) and a carry share 64 MiB: p2's fa3.xz travels in .vx/p3 and p1's deps/ in .vx/p1d;
+# The tree and a carry share 64 MiB: p2's fa3.xz travels in .vx/p3 and p1's deps/ in .vx/p1d;
 # every step copies into /tmp/stage, so the layout there is the recipe's.
-# Step 3 installs into /tmp/site and writes the random-weight 7B-shaped checkpoint to /tmp/ckpt7b.
 set -euo pipefail
-case "${1:?1, 2 or 3}" in
+[ $# -gt 0 ] || { echo "usage: stage_vllm.sh piece [install] | 1 | 2 | 2x | 3" >&2; exit 2; }
+
+checkpoint() {
+  export PYTHONPATH=/tmp/site:$PWD
+  [ -f /tmp/ckpt7b/config.json ] || python3 -m reward_server.tiny_checkpoint /tmp/ckpt7b --preset qwen2_5_vl_7b >/dev/null
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+}
+
+for step in "$@"; do
+case "${step:?piece, install, 1, 2, 2x or 3}" in
+  piece)
+    mkdir -p /tmp/stage/pieces
+    found=0
+    for dir in .vx/c[0-9]*/; do
+      [ -d "$dir" ] || continue
+      cp "$dir"* /tmp/stage/pieces/; found=1
+    done
+    [ "$found" = 1 ] || { echo "stage_vllm.sh piece: no .vx/cN travelled (name it in carry)" >&2; exit 2; }
+    echo "staged: $(cd /tmp/stage/pieces && ls PIECE_* | tr '\n' ' ')"
+    ;;
+  install)
+    S=/tmp/stage/pieces
+    read -r version _ total < "$(ls $S/PIECE_* | head -1)"
+    missing=$(for i in $(seq 1 "$total"); do [ -f "$S/PIECE_$i" ] || printf ' .vx/c%s' "$i"; done)
+    [ -z "$missing" ] || { echo "stage_vllm.sh install: vLLM $version's pieces still missing:$missing" >&2; exit 2; }
+    mkdir -p /tmp/site
+    cat "$S"/vllm.txz.part_* | xz -dc | tar xf - -C /tmp/site
+    cat "$S"/fa3.xz.part_* | xz -dc > /tmp/site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$S"/*.whl
+    PYTHONPATH=/tmp/site python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    checkpoint
+    ;;
   1) mkdir -p /tmp/stage && cp -r .vx/p1/* /tmp/stage/ ;;
   2) cp -r .vx/p2/* /tmp/stage/ ;;
   2x)  # wheels too large to travel with step 3 (av), and p1's deps/ when it travels apart (.vx/p1d): whichever came
@@ -29,9 +67,8 @@ case "${1:?1, 2 or 3}" in
     # shellcheck disable=SC2046  # wheel lists
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .vx/x/*.whl \
       $(ls /tmp/stage_x/*.whl 2>/dev/null)
-    export PYTHONPATH=/tmp/site:$PWD
-    [ -f /tmp/ckpt7b/config.json ] || python3 -m reward_server.tiny_checkpoint /tmp/ckpt7b --preset qwen2_5_vl_7b >/dev/null
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    checkpoint
     ;;
-  *) echo "stage 1, 2, 2x or 3" >&2; exit 2 ;;
+  *) echo "stage_vllm.sh: piece, install, or the earlier recipe's 1, 2, 2x, 3" >&2; exit 2 ;;
 esac
+done

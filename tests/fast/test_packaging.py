@@ -70,6 +70,11 @@ def test_dockerfile_matches_the_server():
         assert user.isdigit() and user != "0"  # non-root, numeric
         assert any("scripts/install_deps.sh" in run for run in stage["RUN"])
     assert any("install_deps.sh --cpu" in run for run in instructions("cpu")["RUN"])
+    # the scripts install_deps.sh runs (the CPU install's torch swap) are in the image beside it
+    copied = {source for copy in ins["COPY"] for source in copy.split()[:-1]}
+    for script in re.findall(r'"\$ROOT/(scripts/[\w.]+\.sh)"', (REPO / "scripts" / "install_deps.sh").read_text()):
+        if script != "scripts/setup_libero_env.sh":  # --libero: a separate venv, not the image's
+            assert script in copied, f"install_deps.sh runs {script}, which the image lacks"
     health = json.loads(ins["HEALTHCHECK"][0].partition("CMD ")[2])
     assert health == ["python", "-m", "reward_server.healthcheck"]
     entry = json.loads(ins["ENTRYPOINT"][0])
@@ -187,10 +192,11 @@ def test_old_client_import_paths_are_the_moved_modules():
 
 
 def test_tools_have_one_home_and_nothing_outside_the_tests_imports_them():
-    """Python tools live in reward_tools (scripts/ keeps shell entry points and the API-doc generator),
-    no module outside tests/ imports from tests/, and no benchmark reaches into an engine's private
-    members (the input side's steps are reward_server.engines.vllm.harness)."""
-    assert sorted(p.name for p in (REPO / "scripts").glob("*.py")) == ["gen_api_docs.py"]
+    """Python tools live in reward_tools (scripts/ keeps shell entry points and the generators of
+    docs/api.md and the GPU lock), no module outside tests/ imports from tests/, and no benchmark
+    reaches into an engine's private members (the input side's steps are engines/vllm/harness)."""
+    # the developers' generators beside the shell scripts: docs/api.md and requirements/gpu.lock
+    assert sorted(p.name for p in (REPO / "scripts").glob("*.py")) == ["gen_api_docs.py", "lock_gpu.py"]
     found = {}
     for package in ("reward_protocol", "reward_client", "reward_server", "reward_tools", "scripts"):
         for path in (REPO / package).rglob("*.py"):

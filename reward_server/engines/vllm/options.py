@@ -18,6 +18,13 @@ installed vLLM before an engine is built.
   servers a side, the hook path's K = 1 took 1.580-1.596 s with the graphs against 1.576-1.625 s
   without, its front (before the GPU's first step) half as long, and 63 of 64 greedy answers were
   the same (docs/bench/h200_2026-11-29_issue40_round13/).
+- Both encoder switches are on by default where vLLM runs on CUDA GPUs (`ServerSettings.
+  encoder_switches`; `--no-compile-mm-encoder`, `--no-cudagraph-mm-encoder` turn each off), off on
+  CPU and with `--enforce-eager`. Why: one H200, vLLM 0.24, 64 episodes on the hook path, 5 repeats
+  (`profile_gpu.sh ab`): 1.87 s (1.82-1.88) without them, 1.62 s (1.61-1.67) with them. What they
+  cost: the graphs hold ~1.2 GiB of GPU memory the KV cache then lacks (1.67 against 0.46 GiB), and
+  progress curves K = 16 took 5.01 s against 4.78 s on the one pair measured with and without the
+  graphs (round 13): a server that scores mostly long curves may measure `--no-cudagraph-mm-encoder`.
 
 Each flag becomes the engine option vLLM's `AsyncEngineArgs` takes (`quantization`,
 `kv_cache_dtype`, `compilation_config`), merged with what `--engine-option` says; giving the same
@@ -149,5 +156,6 @@ def check_supported(kwargs: dict[str, Any]) -> None:
             if missing:
                 raise UnsupportedByVllm(
                     f"{_vllm_version()} has no {' or '.join(missing)} in its compilation config "
-                    f"(--{missing[0].replace('_', '-')} needs a newer vLLM)"
+                    f"(--{missing[0].replace('_', '-')} needs a newer vLLM; on GPUs it is on unless "
+                    f"--no-{missing[0].replace('_', '-')} turns it off)"
                 )
