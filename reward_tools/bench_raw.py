@@ -56,6 +56,9 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
     llm = LLM(**kwargs)
     for method, args in engine.worker_calls():  # as the server's engine does after start
         engine.workers_answered(method, llm.collective_rpc(method, args=args))
+    # uint8 patches wherever the workers wrapped their tower: the server turns them on only after its
+    # start-up check (VllmEngine.check_patches); this bare benchmark measures speed, not scores
+    engine._raw_pixels = engine._wrapped
     results = []
     episodes = Episodes(frames, size)
 

@@ -112,7 +112,7 @@ def _worker_state(method: str, answers: list) -> tuple[str, str]:
     if method == ALIGN_METHOD:
         padded = [a.get("padded", 0) for a in answers]
         if all(padded):
-            return "applied", f"{padded[0]} blocks padded, {answers[0].get('widths')}, checked against the unpadded MLP"
+            return "applied", f"checked against the unpadded MLP: {padded[0]} blocks, widths {answers[0].get('widths')}"
         return "dormant", "the vision MLP is aligned already"
     if method == NORM_METHOD:
         return "dormant", "the tower is wrapped; not used before its check passes"
