@@ -223,3 +223,29 @@ def test_the_vision_mlp_padding_is_checked_and_put_back_where_the_layout_is_not_
     assert done["padded"] == 0 and "differs from its unpadded self" in done["skipped"]
     for block, (gate_up, down) in zip(model.visual.blocks, before, strict=True):
         assert torch.equal(block.mlp.gate_up_proj.weight, gate_up) and torch.equal(block.mlp.down_proj.weight, down)
+
+
+def test_the_workers_probe_names_the_runner_and_what_it_lacks():
+    from reward_server.engines.vllm.worker import RewardWorkerExtension
+
+    class RunnerV2:  # V2's runner has neither of V1's encoder methods the patches hook
+        def execute_model(self, scheduler_output): ...
+
+        def sample_tokens(self, grammar): ...
+
+        def get_model(self):
+            return types.SimpleNamespace(visual=types.SimpleNamespace(blocks=[]))
+
+    worker = RewardWorkerExtension()
+    worker.model_runner = RunnerV2()
+    worker.vllm_config = types.SimpleNamespace(use_v2_model_runner=True)
+    probed = worker.reward_probe_patches()
+    assert probed["runner"] == "V2" and probed["runner_class"].endswith("RunnerV2")
+    assert probed["missing"] == [
+        "_execute_mm_encoder",
+        "_batch_mm_inputs_from_scheduler",
+        "model.prepare_encoder_cudagraph_replay_buffers",
+    ]
+    states = PatchStates()
+    states.worker = probed
+    assert "names it lacks: _execute_mm_encoder, _batch_mm_inputs_from_scheduler" in states.table()

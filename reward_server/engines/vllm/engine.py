@@ -62,6 +62,7 @@ from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHO
 from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
 from reward_server.engines.vllm.options import check_supported
 from reward_server.engines.vllm.patches import (
+    PROBE_METHOD,
     PatchStates,
     explicit_runner,
     option_names,
@@ -617,6 +618,10 @@ class VllmEngine(Engine):
             logger.info("%s", skip_cached_hf_calls())
         self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
         self._decide_server_patches(on_gpu)
+        if not self._users_extension():  # what the worker patches find in vLLM's workers
+            probed = await self._llm.collective_rpc(PROBE_METHOD)
+            self.patches.worker = probed[0] if probed else {}
+            self.patches.runner = self.patches.worker.get("runner", self.patches.runner)
         for method, call_args in await asyncio.to_thread(self.worker_calls):
             self.workers_answered(method, await self._llm.collective_rpc(method, args=call_args))
         if self._threads > 0:

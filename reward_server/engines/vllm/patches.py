@@ -320,6 +320,7 @@ class PatchStates:
         self.rows = {p.name: PatchRow(p.name, "off", "not decided (the engine did not start)") for p in PATCHES}
         self.runner: Runner | None = None
         self.vllm_version: str | None = None
+        self.worker: dict[str, Any] = {}  # the first worker's PatchProbe answer
 
     def set(self, name: str, state: State, reason: str) -> None:
         if name not in self.rows:
@@ -336,7 +337,11 @@ class PatchStates:
         """The table the server logs once at start: patch, state, reason."""
         width = max(len(name) for name in self.rows)
         head = f"vLLM {self.vllm_version or '?'}, model runner {self.runner or '?'}: patches"
-        lines = [head, f"  {'patch':<{width}}  {'state':<7}  reason"]
+        lines = [head]
+        if self.worker:
+            missing = ", ".join(self.worker.get("missing") or []) or "none"
+            lines.append(f"  worker: {self.worker.get('runner_class')}; names it lacks: {missing}")
+        lines.append(f"  {'patch':<{width}}  {'state':<7}  reason")
         lines += [f"  {r.patch:<{width}}  {r.state:<7}  {r.reason}" for r in self.rows.values()]
         return "\n".join(lines)
 
@@ -353,6 +358,37 @@ def explicit_runner(environ: dict[str, str]) -> Runner | None:
     if value is None or value.strip() == "":
         return None
     return "V1" if value.strip().lower() in ("0", "false", "no", "off") else "V2"
+
+
+PROBE_METHOD = "reward_probe_patches"
+# the internal names the worker patches hook, looked up on the worker's model runner and model
+RUNNER_NAMES = ("execute_model", "sample_tokens", "get_model", "_execute_mm_encoder", "_batch_mm_inputs_from_scheduler")
+MODEL_NAMES = ("visual", "visual.blocks", "prepare_encoder_cudagraph_replay_buffers")
+
+
+def _has(obj: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+class PatchProbe:
+    """vLLM's worker extension (engines/vllm/worker.py): what the worker patches find in this
+    worker, called once at start whatever is switched on, for the table."""
+
+    def reward_probe_patches(self) -> dict[str, Any]:
+        runner = getattr(self, "model_runner", None)
+        model = runner.get_model() if hasattr(runner, "get_model") else None
+        kind = type(runner)
+        config = getattr(self, "vllm_config", None) or getattr(runner, "vllm_config", None)
+        return {
+            "runner": runner_of(config),
+            "runner_class": f"{kind.__module__}.{kind.__qualname__}",
+            "missing": [n for n in RUNNER_NAMES if not _has(runner, n)]
+            + [f"model.{n}" for n in MODEL_NAMES if not _has(model, n)],
+        }
 
 
 class NeedsV1(ValueError):
