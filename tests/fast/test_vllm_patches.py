@@ -133,6 +133,11 @@ def test_the_table_has_one_row_per_patch_and_names_the_runner():
     assert json.loads(json.dumps(row))["state"] == "dormant"
     with pytest.raises(KeyError, match="no patch 'nope' is declared"):
         states.set("nope", "off", "")
+    # applied outside what it was measured on (vLLM 0.33, V2): said so, beside the probe that let it run
+    states.set("heap", "applied", "frozen once warm")
+    assert "frozen once warm [outside its measured range: runs because its probe passed]" in states.table()
+    states.runner, states.vllm_version = "V1", "0.24.1"
+    assert states.measured_here("heap") and "outside" not in states.table()
 
 
 def test_step_timing_on_a_runner_without_v1s_encoder_method_writes_null_not_zero(tmp_path):

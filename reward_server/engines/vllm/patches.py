@@ -330,8 +330,20 @@ class PatchStates:
     def state(self, name: str) -> State:
         return self.rows[name].state
 
+    def measured_here(self, name: str) -> bool:
+        """Whether the patch was measured on this vLLM's version (its major.minor) and runner."""
+        declared = BY_NAME[name]
+        release = ".".join((self.vllm_version or "").split(".")[:2])
+        versions = {m.split()[0] for m in declared.measured_on}
+        return release in versions and (self.runner is None or self.runner in declared.runners)
+
+    def _reason(self, row: PatchRow) -> str:
+        if row.state == "applied" and self.vllm_version and not self.measured_here(row.patch):
+            return f"{row.reason} [outside its measured range: runs because its probe passed]"
+        return row.reason
+
     def as_list(self) -> list[dict[str, Any]]:
-        return [row.as_dict() for row in self.rows.values()]
+        return [{**row.as_dict(), "reason": self._reason(row)} for row in self.rows.values()]
 
     def table(self) -> str:
         """The table the server logs once at start: patch, state, reason."""
@@ -342,7 +354,7 @@ class PatchStates:
             missing = ", ".join(self.worker.get("missing") or []) or "none"
             lines.append(f"  worker: {self.worker.get('runner_class')}; names it lacks: {missing}")
         lines.append(f"  {'patch':<{width}}  {'state':<7}  reason")
-        lines += [f"  {r.patch:<{width}}  {r.state:<7}  {r.reason}" for r in self.rows.values()]
+        lines += [f"  {r.patch:<{width}}  {r.state:<7}  {self._reason(r)}" for r in self.rows.values()]
         return "\n".join(lines)
 
 
