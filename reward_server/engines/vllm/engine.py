@@ -658,6 +658,8 @@ class VllmEngine(Engine):
                 continue
             if name == "pixel_norm":
                 self._raw_pixels = True
+            else:
+                logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
             self.patches.set(name, "applied", f"checked: the same first token, log-probabilities within "
                              f"{checks.LOGPROB_TOLERANCE:g} of the unpatched path")  # fmt: skip
 
