@@ -571,7 +571,9 @@ class VllmEngine(Engine):
             "heap": (o.heap, o.heap),
         }
         for name, (on, given) in worker.items():
-            if not on:
+            if not on and name == "step_timing":
+                p.set(name, "off", "no step_timing=PATH (profiles only)")
+            elif not on:
                 p.set(name, "off", f"off by default on {device}" if given is None else f"{name}=false")
             elif self._users_extension():
                 p.set(name, "dormant", "worker_extension_cls names the user's own worker extension")
