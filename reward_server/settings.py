@@ -248,6 +248,7 @@ class ServerSettings(BaseModel):
         """`--engine-option KEY=VALUE`s, with what the vLLM tuning flags stand for merged in; `on_gpu`:
         the engine runs on CUDA GPUs, where the encoder switches left unset are on (`encoder_switches`)."""
         from reward_server.engines.vllm.options import flag_options
+        from reward_server.engines.vllm.patches import parse_options
         from reward_server.engines.vllm.profiler import profiler_config
         from reward_server.engines.vllm.threads import input_threads, wanted_threads
 
@@ -257,7 +258,8 @@ class ServerSettings(BaseModel):
             if not sep or not key:
                 raise ValueError(f"--engine-option {item!r} must be KEY=VALUE")
             options[key.strip()] = value.strip()
-        wanted_threads(options, on_gpu=False)  # a bad torch_threads is refused with the other flags
+        parse_options(options)  # a patch's option of the wrong type is refused with the other flags
+        wanted_threads(options, on_gpu=False)  # a bad torch_threads too
         input_threads(options)  # and a bad preprocess_threads
         profiler_config(options)  # so is a profiler configured twice
         return flag_options(self.quantization, self.kv_cache_dtype, *self.encoder_switches(on_gpu), options)

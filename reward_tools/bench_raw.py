@@ -45,6 +45,7 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
     from vllm import LLM
 
     from reward_server.engines.vllm.engine import VllmEngine
+    from reward_server.engines.vllm.harness import InputHarness
 
     engine = VllmEngine(config)
     engine.load_processor()
@@ -56,6 +57,10 @@ def run_vllm(config: EngineConfig, styles, ns, repeats, frames, size, backend, p
     llm = LLM(**kwargs)
     for method, args in engine.worker_calls():  # as the server's engine does after start
         engine.workers_answered(method, llm.collective_rpc(method, args=args))
+    # uint8 patches wherever the workers wrapped their tower: the server turns them on only after its
+    # start-up check (VllmEngine.check_patches); this bare benchmark measures speed, not scores
+    harness = InputHarness(engine)
+    harness.ask_raw_pixels(harness.towers_wrapped)
     results = []
     episodes = Episodes(frames, size)
 

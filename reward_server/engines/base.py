@@ -294,6 +294,11 @@ class Engine(ABC):
             )
         return {k: v for k, v in defaults.items() if k not in dropped}
 
+    def patch_table(self) -> list[dict[str, Any]]:
+        """What this engine changes in the library it runs, one row per declared patch (patch,
+        state, reason: vLLM's engines/vllm/patches.py), for /stats; empty where it changes nothing."""
+        return []
+
     async def freeze_heap(self) -> None:  # noqa: B027 - optional hook
         """Once warm: freeze the heap of the engine's own processes, where it has any (vLLM's engine
         core; engines/vllm/heap.py). Nothing where the engine runs in the server's process, whose

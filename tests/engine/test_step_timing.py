@@ -29,7 +29,7 @@ def test_every_step_of_a_batch_is_timed_with_what_it_scheduled(tiny_checkpoint, 
     assert all(item.error is None for item in items), [item.error for item in items]
     responses = [item.response for item in items]
     log = server.log_path.read_text()
-    assert "steps timed in vLLM's workers: [True]" in log
+    assert "steps timed in vLLM's workers: [{'timed': True, 'encoder': True}]" in log
     # once warm, the worker's heap was frozen (engines/vllm/heap.py): the server says how much
     frozen = re.search(r"heap frozen in vLLM's workers once warm: \[\{'scanned': (\d+), 'frozen': (\d+)", log)
     assert frozen and int(frozen.group(2)) >= 100_000, log[-2000:]  # vLLM, torch and transformers at least

@@ -52,7 +52,8 @@ def router(service: RewardService, limits: ServerLimits) -> APIRouter:
         """Engine counters (requests, running, aborted, unusable outputs, batches) of real requests,
         memory the engine holds on purpose (vLLM's processor cache: mm_cache_*), the reclaimer's
         pauses of the event loop (reclaim_*) and the frozen start-up heap (heap_frozen_objects),
-        and the start-up warm-up (`warmup`: episodes, shapes, seconds; null when off)."""
+        the start-up warm-up (`warmup`: episodes, shapes, seconds; null when off) and the engine's
+        patches of the library it runs (`patches`: patch, state, reason; vLLM's, checked at start)."""
         return {
             **service.engine.stats.as_dict(),
             "warmup": service.warmup.as_dict() if service.warmup else None,
@@ -64,6 +65,7 @@ def router(service: RewardService, limits: ServerLimits) -> APIRouter:
             **(service.reclaimer.as_dict() if service.reclaimer else {}),
             "heap_frozen_objects": service.heap_frozen,
             **service.engine.memory_held(),
+            "patches": service.engine.patch_table(),
         }
 
     async def profile(start: bool) -> dict:

@@ -62,6 +62,12 @@ def install(processor_cls: Any = None) -> str:
     return "HF processor skipped for requests whose items are all cached"
 
 
+def installed(processor_cls: Any = None) -> bool:
+    """Whether the skip is in place (False where this vLLM has no such method: nothing to skip)."""
+    current = getattr(processor_cls or _vllm_processor(), METHOD, None)
+    return bool(getattr(current, _MARK, False))
+
+
 def uninstall(processor_cls: Any = None) -> None:
     """Undo install (for comparing both ways in one process)."""
     processor_cls = processor_cls or _vllm_processor()

@@ -42,8 +42,8 @@ import numpy as np
 
 from reward_server.engines.base import gather_all
 from reward_server.engines.io import EngineOutput, EngineRequest
+from reward_server.engines.vllm.patches import parse_options
 
-CURVE_OPTIONS = ("curve_start", "curve_clip_ids")
 CurveStart = Literal["handed", "prefilled"]
 
 
@@ -53,23 +53,10 @@ class CurveSettings:
     clip_ids: bool = True  # stable per-clip ids (multi_modal_uuids) instead of content hashes
 
 
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"--engine-option curve_clip_ids={value!r}: allowed true or false")
-
-
 def curve_settings(options: dict[str, Any]) -> CurveSettings:
     """The curve settings an engine's `--engine-option`s ask for (checked: a typo is an error)."""
-    start = str(options.get("curve_start", "handed"))
-    if start not in ("handed", "prefilled"):
-        raise ValueError(f"--engine-option curve_start={start!r}: allowed handed or prefilled")
-    return CurveSettings(start=start, clip_ids=_flag(options.get("curve_clip_ids", True)))  # type: ignore[arg-type]
+    typed = parse_options(options)
+    return CurveSettings(start=typed.curve_start, clip_ids=typed.curve_clip_ids)
 
 
 def assign_clip_ids(requests: list[EngineRequest], curve_id: str) -> None:

@@ -55,42 +55,36 @@ from reward_server.engines.generation_defaults import checked_defaults
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
-from reward_server.engines.vllm.cache_hits import OPTION as CACHE_HITS
+from reward_server.engines.vllm import checks
 from reward_server.engines.vllm.cache_hits import install as skip_cached_hf_calls
-from reward_server.engines.vllm.curves import CURVE_OPTIONS, CurveMarks, curve_settings, item_ids, run_curve
+from reward_server.engines.vllm.cache_hits import installed as hf_call_skipped
+from reward_server.engines.vllm.curves import CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHOD
-from reward_server.engines.vllm.encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
-from reward_server.engines.vllm.heap import OPTION as FREEZE
 from reward_server.engines.vllm.options import check_supported
-from reward_server.engines.vllm.pixel_dtype import OPTION as PIXEL_DTYPE
+from reward_server.engines.vllm.patches import (
+    PROBE_METHOD,
+    PatchStates,
+    explicit_runner,
+    option_names,
+    parse_options,
+    refuse_on_v2,
+    runner_of,
+)
 from reward_server.engines.vllm.pixel_dtype import cast_pixels
 from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
-from reward_server.engines.vllm.pixel_norm import OPTION as NORM
 from reward_server.engines.vllm.pixel_norm import RAW_PIXELS, VLLM_SWITCH, check_exact, processor_constants
 from reward_server.engines.vllm.profiler import OPTION as PROFILE_DIR
 from reward_server.engines.vllm.profiler import configured as profiler_configured
 from reward_server.engines.vllm.profiler import profiler_config
 from reward_server.engines.vllm.step_timing import METHOD as TIMING_METHOD
-from reward_server.engines.vllm.step_timing import OPTION as TIMING
-from reward_server.engines.vllm.threads import INPUT_OPTION as INPUT_THREADS
-from reward_server.engines.vllm.threads import OPTION as THREADS
 from reward_server.engines.vllm.threads import input_threads, use_threads, wanted_threads
 from reward_server.engines.vllm.vision_mlp import METHOD as ALIGN_METHOD
-from reward_server.engines.vllm.vision_mlp import OPTION as ALIGN
 from reward_server.engines.vllm.worker import FQCN as WORKER_FQCN
 
 logger = logging.getLogger(__name__)
 
 
-# `--engine-option step_log=PATH`: one JSON line per engine step appended to PATH (a profile)
-STEP_LOG = "step_log"
-# `--engine-option gil_switch_ms=N`: the interpreter's thread switch interval (Python's default 5 ms),
-# set before the engine core starts, so in the server and in the engine core it forks (an experiment).
-# In the server the input-processing threads share the interpreter with the event loop that reads
-# request bodies; in the engine core, the loop that launches each step's kernels shares it with the
-# thread that receives and prepares requests. A shorter interval hands it back sooner.
-SWITCH_MS = "gil_switch_ms"
 # what each worker-extension method did, for the start-up log line
 WORKER_DONE = {
     BATCHING_METHOD: "vision encoder batched by modality",
@@ -98,6 +92,38 @@ WORKER_DONE = {
     NORM_METHOD: "pixels normalized on the device",
     TIMING_METHOD: "steps timed",
 }
+_WORKER_PATCH = {
+    BATCHING_METHOD: "encoder_batching",
+    ALIGN_METHOD: "vision_mlp",
+    NORM_METHOD: "pixel_norm",
+    TIMING_METHOD: "step_timing",
+}
+
+
+def _worker_state(method: str, answers: list) -> tuple[str, str]:
+    """A worker patch's state (engines/vllm/patches.py) from what every worker answered."""
+    if not answers:
+        return "dormant", "no worker answered"
+    if method == BATCHING_METHOD:
+        if all(a is True for a in answers):
+            return "applied", "one encoder call per modality and step"
+        return "dormant", "this model runner has no _batch_mm_inputs_from_scheduler (V2 orders by modality itself)"
+    skipped = [a.get("skipped") for a in answers if isinstance(a, dict) and a.get("skipped")]
+    if skipped:
+        return "dormant", str(skipped[0])
+    if method == ALIGN_METHOD:
+        padded = [a.get("padded", 0) for a in answers]
+        if all(padded):
+            return "applied", f"checked against the unpadded MLP: {padded[0]} blocks, widths {answers[0].get('widths')}"
+        return "dormant", "the vision MLP is aligned already"
+    if method == NORM_METHOD:
+        return "dormant", "the tower is wrapped; not used before its check passes"
+    # step timing
+    if not all(isinstance(a, dict) and a.get("timed") for a in answers):
+        return "dormant", "this model runner has no execute_model to time"
+    if not all(a.get("encoder") for a in answers):
+        return "dormant", "needs V1's _execute_mm_encoder: steps timed, encoder_ms and encoder_calls null"
+    return "applied", "every step timed, with the vision encoder's share"
 
 
 def _step_line(scheduler_stats, iteration_stats) -> str:
@@ -227,6 +253,7 @@ class _LogprobKinds:
 
 
 _NAMED_IDS, _TOP_K = 0, 1
+_OWN = object()  # _render: the engine's own pixel dtype
 
 
 def _logprob_kind(request: EngineRequest) -> int | None:
@@ -314,6 +341,8 @@ class VllmEngine(Engine):
 
     def __init__(self, config: EngineConfig):
         super().__init__(config)
+        self.opts = parse_options(config.options)  # the patches' typed options (engines/vllm/patches.py)
+        self.patches = PatchStates()
         self._llm: Any = None
         self._processor: Any = None
         self._prompts: PromptCache | None = None  # set with the processor (load_processor)
@@ -325,9 +354,13 @@ class VllmEngine(Engine):
         self.curve_marks: dict[str, CurveMarks] = {}  # the longest point of each curve in flight
         self._logprob_kinds = _LogprobKinds()
         self._cache_gb: float | None = None  # the processor cache's capacity, once started
-        self._pixel_dtype: Any = None  # cast pixels to it before they leave (vllm_pixel_dtype), once started
-        self._raw_pixels = False  # prompts ask for uint8 patches: the workers normalize them (vllm_pixel_norm)
+        # cast pixels to it before they leave (vllm_pixel_dtype): set once its check passed
+        self._pixel_dtype: Any = None
+        # prompts ask for uint8 patches, the workers normalize them (vllm_pixel_norm): once checked
+        self._raw_pixels = False
+        self._wrapped = False  # every worker wrapped its vision tower (the check decides on _raw_pixels)
         self._profiling = False  # vLLM's profiler configured (vllm_profiler), once started
+        self._torch_threads: int | None = None  # the torch threads set before the engine core started
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM engine arguments for this config (also used by the raw-engine benchmark)."""
@@ -370,41 +403,30 @@ class VllmEngine(Engine):
             value = getattr(c, key) or tuned.get(key)
             if value:
                 kwargs[key] = value
-        ours = {
-            INPUT_THREADS,
-            CACHE_HITS,
-            THREADS,
-            SWITCH_MS,
-            OPTION,
-            STEP_LOG,
-            TIMING,
-            BATCHING,
-            ALIGN,
-            PIXEL_DTYPE,
-            NORM,
-            PROFILE_DIR,
-            FREEZE,
-            *CURVE_OPTIONS,
-        }
+        ours = option_names()  # the patches' options (engines/vllm/patches.py): not vLLM's arguments
         kwargs.update({k: option_value(v) for k, v in c.options.items() if k not in ours})
         if (profiler := profiler_config(c.options)) is not None:
             kwargs["profiler_config"] = profiler
-        if c.options.get(OPTION):
+        if self.opts.step_floor_ms:
             from reward_server.engines.vllm.step_floor import FQCN
 
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), FQCN]
-            kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: float(c.options[OPTION])}
-        if self.worker_methods() or self.freezes_engine_heap():
-            # its methods are called by start() and, once warm, by freeze_heap()
+            kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), OPTION: self.opts.step_floor_ms}
+        if not self._users_extension():
+            # always ours: its probes and methods are called by start() and, once warm, by freeze_heap()
             kwargs["worker_extension_cls"] = WORKER_FQCN
         check_supported(kwargs)  # --quantization, --kv-cache-dtype, encoder switches: known to this vLLM?
         return kwargs
 
-    def _on_gpus_unless(self, option: str) -> bool:
+    def _users_extension(self) -> bool:
+        """The user named a worker extension of their own: none of our worker patches can run."""
+        return "worker_extension_cls" in self.config.options
+
+    def _on_gpus_unless(self, wanted: bool | None) -> bool:
         """A worker feature measured on GPUs: on there by default, `--engine-option NAME=true|false`
         decides."""
-        if option in self.config.options:
-            return bool(option_value(self.config.options[option]))
+        if wanted is not None:
+            return wanted
         import torch
 
         return torch.cuda.is_available()
@@ -412,31 +434,29 @@ class VllmEngine(Engine):
     def encoder_batching(self) -> bool:
         """Whether each vLLM step encodes its images and videos in one call per modality
         (engines/vllm/encoder_batching.py; PRIMO-R1's prefill 2x faster on an H200)."""
-        return self._on_gpus_unless(BATCHING)
+        return self._on_gpus_unless(self.opts.encoder_batching)
 
     def vision_mlp_aligned(self) -> bool:
         """Whether the vision tower's MLP is padded to an aligned width (engines/vllm/vision_mlp.py)."""
-        return self._on_gpus_unless(ALIGN)
+        return self._on_gpus_unless(self.opts.vision_mlp)
 
     def worker_methods(self) -> list[str]:
         """The methods of our worker extension (engines/vllm/worker.py) start() calls, in order;
         none when the user names a worker extension of their own."""
-        if "worker_extension_cls" in self.config.options:
+        if self._users_extension():
             return []
         wanted = (
             (self.encoder_batching(), BATCHING_METHOD),
             (self.vision_mlp_aligned(), ALIGN_METHOD),
             (self.normalizes_on_device(), NORM_METHOD),
-            (bool(self.config.options.get(TIMING)), TIMING_METHOD),
+            (bool(self.opts.step_timing), TIMING_METHOD),
         )
         return [method for on, method in wanted if on]
 
     def freezes_engine_heap(self) -> bool:
         """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm/heap.py): unless
         `--engine-option freeze_engine_heap=false` or the user names a worker extension of their own."""
-        if "worker_extension_cls" in self.config.options:
-            return False
-        return bool(option_value(self.config.options.get(FREEZE, True)))
+        return self.opts.heap and not self._users_extension()
 
     async def freeze_heap(self) -> None:
         if self._llm is None or not self.freezes_engine_heap():
@@ -444,15 +464,16 @@ class VllmEngine(Engine):
         answers = await self._llm.collective_rpc(FREEZE_METHOD)
         logger.info("heap frozen in vLLM's workers once warm: %s", answers)
 
+    def _vllm_normalizes(self) -> bool:
+        """vLLM has its own switch for normalizing on the device (`mm_device_do_normalize`, 0.32+)
+        and the user left it on."""
+        return _engine_arg_known(VLLM_SWITCH) and option_value(self.config.options.get(VLLM_SWITCH, True)) is not False
+
     def normalizes_on_device(self) -> bool:
         """Whether our workers normalize uint8 pixels (vllm_pixel_norm): on GPUs unless
         `--engine-option normalize_on_device=false`, and only where this vLLM has no switch of its
         own for it (`mm_device_do_normalize`) or the user turned that off."""
-        if not self._on_gpus_unless(NORM):
-            return False
-        if _engine_arg_known(VLLM_SWITCH):
-            return option_value(self.config.options.get(VLLM_SWITCH, True)) is False
-        return True
+        return self._on_gpus_unless(self.opts.pixel_norm) and not self._vllm_normalizes()
 
     def worker_calls(self) -> list[tuple[str, tuple]]:
         """(method, arguments) for each worker method start() calls, in order; after load_processor().
@@ -461,7 +482,7 @@ class VllmEngine(Engine):
         calls: list[tuple[str, tuple]] = []
         for method in self.worker_methods():
             if method == TIMING_METHOD:
-                calls.append((method, (str(self.config.options[TIMING]),)))
+                calls.append((method, (str(self.opts.step_timing),)))
                 continue
             if method != NORM_METHOD:
                 calls.append((method, ()))
@@ -470,6 +491,7 @@ class VllmEngine(Engine):
             reason = constants if isinstance(constants, str) else check_exact(self._processor, constants)
             if reason is not None:
                 logger.warning("pixels stay normalized by the processor: %s", reason)
+                self.patches.set("pixel_norm", "off", f"turned off: {reason}")
                 continue
             calls.append((method, constants))
         return calls
@@ -477,8 +499,11 @@ class VllmEngine(Engine):
     def workers_answered(self, method: str, answers: list) -> None:
         """Record what the workers did for one worker_calls() entry (and log it)."""
         logger.info("%s in vLLM's workers: %s", WORKER_DONE[method], answers)
+        state, reason = _worker_state(method, answers)
+        self.patches.set(_WORKER_PATCH[method], state, reason)
         if method == NORM_METHOD:
-            self._raw_pixels = bool(answers) and all(isinstance(a, dict) and a.get("wrapped") for a in answers)
+            # the prompts ask for uint8 only once check_patches() compared both paths
+            self._wrapped = bool(answers) and all(isinstance(a, dict) and a.get("wrapped") for a in answers)
 
     def pixel_dtype(self, model_dtype: Any) -> Any:
         """The dtype pixels are cast to before they go to the engine core (vllm_pixel_dtype), or None:
@@ -486,14 +511,77 @@ class VllmEngine(Engine):
         default: no change measured on the hook path, see the module)."""
         import torch
 
-        wanted = bool(option_value(self.config.options.get(PIXEL_DTYPE, False)))
         sixteen_bit = model_dtype in (torch.bfloat16, torch.float16)
-        return model_dtype if wanted and sixteen_bit else None
+        return model_dtype if self.opts.pixel_dtype and sixteen_bit else None
 
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         return AsyncEngineArgs(**self.engine_kwargs(), disable_log_stats=False)
+
+    def vllm_config(self, args: Any) -> Any:
+        """vLLM's config for these engine arguments, refused by name where an option needs the V1
+        model runner and vLLM picks V2 (`VLLM_USE_V2_MODEL_RUNNER` says so, or vLLM's default)."""
+        refuse_on_v2(self.opts, explicit_runner(dict(os.environ)))  # before vLLM checks the rest
+        from vllm.usage.usage_lib import UsageContext
+
+        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        refuse_on_v2(self.opts, runner_of(config))
+        return config
+
+    def _decide_server_patches(self, on_gpu: bool) -> None:
+        """The states of the patches decided before vLLM's workers answer (engines/vllm/patches.py)."""
+        import vllm
+
+        p, o = self.patches, self.opts
+        p.vllm_version = vllm.__version__
+        p.runner = runner_of(getattr(self._llm, "vllm_config", None))
+        device = "GPUs" if on_gpu else "CPUs"
+
+        def either(name: str, on: bool, applied: str, off: str) -> None:
+            p.set(name, "applied" if on else "off", applied if on else off)
+
+        if not hasattr(getattr(self._llm, "renderer", None), "render_cmpl"):
+            raise EngineDead(f"vLLM {vllm.__version__} has no renderer.render_cmpl: this adapter cannot feed it")
+        either("input_threads", self._threads > 0, f"{self._threads} threads", "preprocess_threads=0: event loop")
+        either("curve_clip_ids", self._curves.clip_ids, "per-request multi_modal_uuids", "curve_clip_ids=false")
+        p.set("step_log", "applied", f"steps appended to {o.step_log}" if o.step_log else "batch sizes, cache lookups")
+        either("profiler", self._profiling, "POST /start_profile, /stop_profile", "no profile_dir")
+        either("gil_switch", o.gil_switch_ms is not None, f"{o.gil_switch_ms} ms", "Python's default interval")
+        either("step_floor", bool(o.step_floor_ms), f"{o.step_floor_ms} ms a step (tests only)", "no step_floor_ms")
+        own = f"torch's own count on {device}" + (" (OMP_NUM_THREADS set)" if "OMP_NUM_THREADS" in os.environ else "")
+        either("torch_threads", self._torch_threads is not None, f"{self._torch_threads} (OMP_NUM_THREADS)", own)
+        if not o.cache_hits:
+            p.set("cache_hits", "off", "skip_cached_hf_call=false")
+        elif hf_call_skipped():
+            p.set("cache_hits", "applied", "HF processor skipped for all-cached requests")
+        else:
+            p.set("cache_hits", "dormant", "retired: no _apply_hf_processor_mm_only (vLLM 0.32+ skips the call)")
+        if not o.pixel_dtype:
+            p.set("pixel_dtype", "off", "off by default (no speed change measured)")
+        elif self._pixel_dtype is None:
+            p.set("pixel_dtype", "dormant", f"the model's dtype {self._llm.model_config.dtype} is not 16-bit")
+        else:
+            p.set("pixel_dtype", "dormant", "not used before its check passes")
+        # worker patches: decided here when they do not run, by the workers' answers when they do
+        worker = {
+            "encoder_batching": (self.encoder_batching(), o.encoder_batching),
+            "vision_mlp": (self.vision_mlp_aligned(), o.vision_mlp),
+            "pixel_norm": (self._on_gpus_unless(o.pixel_norm), o.pixel_norm),
+            "step_timing": (bool(o.step_timing), True if o.step_timing else None),
+            "heap": (o.heap, o.heap),
+        }
+        for name, (on, given) in worker.items():
+            if not on and name == "step_timing":
+                p.set(name, "off", "no step_timing=PATH (profiles only)")
+            elif not on:
+                p.set(name, "off", f"off by default on {device}" if given is None else f"{name}=false")
+            elif self._users_extension():
+                p.set(name, "dormant", "worker_extension_cls names the user's own worker extension")
+            elif name == "heap":
+                p.set(name, "applied", "frozen once warm (with --freeze-heap)")
+        if self._on_gpus_unless(o.pixel_norm) and self._vllm_normalizes() and not self._users_extension():
+            p.set("pixel_norm", "dormant", f"retired: this vLLM normalizes on the device itself ({VLLM_SWITCH})")
 
     async def start(self) -> None:
         if self.config.cpu_kv_cache_gib:
@@ -505,11 +593,15 @@ class VllmEngine(Engine):
         import torch
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        threads = wanted_threads(self.config.options, torch.cuda.is_available())
-        if threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
-            use_threads(threads)
-        if self.config.options.get(SWITCH_MS) is not None:  # inherited too, by a forked engine core
-            sys.setswitchinterval(float(self.config.options[SWITCH_MS]) / 1000)
+        on_gpu = torch.cuda.is_available()
+        self._torch_threads = wanted_threads(self.config.options, on_gpu)
+        if self._torch_threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
+            use_threads(self._torch_threads)
+        if self.opts.gil_switch_ms is not None:
+            # the interpreter's thread switch interval (Python's default 5 ms), inherited by a forked
+            # engine core: the input threads share the interpreter with the event loop here, the
+            # kernel-launching loop shares it with the request-receiving thread there (an experiment)
+            sys.setswitchinterval(self.opts.gil_switch_ms / 1000)
 
         await asyncio.to_thread(self.load_processor)
         args = await asyncio.to_thread(self.engine_args)
@@ -517,21 +609,98 @@ class VllmEngine(Engine):
         self._profiling = profiler_configured(kwargs)
         self._cache_gb = float(kwargs.get("mm_processor_cache_gb") or 0)
         logger.info("vLLM engine arguments: %s", kwargs)
+        vllm_config = await asyncio.to_thread(self.vllm_config, args)
         # Building the engine takes tens of seconds; off the event loop, /health keeps answering.
         self._llm = await asyncio.to_thread(
-            AsyncLLM.from_engine_args,
-            args,
-            stat_loggers=[_running_tracker(self.stats, self.config.options.get(STEP_LOG))],
+            AsyncLLM.from_vllm_config,
+            vllm_config,
+            stat_loggers=[_running_tracker(self.stats, self.opts.step_log)],
+            disable_log_stats=False,
         )
-        if bool(option_value(self.config.options.get(CACHE_HITS, True))):  # before the first request's inputs
+        if self.opts.cache_hits:  # before the first request's inputs
             logger.info("%s", skip_cached_hf_calls())
         self._pixel_dtype = self.pixel_dtype(self._llm.model_config.dtype)
-        if self._pixel_dtype is not None:
-            logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
-        for method, args in await asyncio.to_thread(self.worker_calls):
-            self.workers_answered(method, await self._llm.collective_rpc(method, args=args))
+        self._decide_server_patches(on_gpu)
+        if not self._users_extension():  # what the worker patches find in vLLM's workers
+            probed = await self._llm.collective_rpc(PROBE_METHOD)
+            self.patches.worker = probed[0] if probed else {}
+            self.patches.runner = self.patches.worker.get("runner", self.patches.runner)
+        for method, call_args in await asyncio.to_thread(self.worker_calls):
+            self.workers_answered(method, await self._llm.collective_rpc(method, args=call_args))
         if self._threads > 0:
             self._prep_pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vllm-inputs")
+        await self.check_patches()
+        logger.info("%s", self.patches.table())
+
+    async def check_patches(self) -> None:
+        """The patches that change what the model computes, each compared with the unpatched path on
+        one probe episode (engines/vllm/checks.py) before any request uses it: a patch that differs,
+        or whose check cannot run, is turned off with a warning."""
+        wanted = []
+        if self._wrapped:
+            wanted.append(("pixel_norm", True, None))
+        if self._pixel_dtype is not None:
+            wanted.append(("pixel_dtype", False, self._pixel_dtype))
+        if not wanted:
+            return
+        probe = checks.probe_request("patch-check-reference")
+        try:
+            reference = await self._check_run(probe, raw_pixels=False, dtype=None)
+        except Exception as exc:  # nothing to compare with: none of them runs
+            for name, _, _ in wanted:
+                self._numbers_off(name, f"its check could not run: {type(exc).__name__}: {exc}")
+            return
+        for name, raw, dtype in wanted:
+            try:
+                patched = await self._check_run(checks.renamed(probe, f"patch-check-{name}"), raw, dtype)
+                reason = checks.differs(reference, patched)
+            except Exception as exc:
+                reason = f"its check could not run: {type(exc).__name__}: {exc}"
+            if reason is not None:
+                self._numbers_off(name, reason)
+                continue
+            if name == "pixel_norm":
+                self._raw_pixels = True
+            else:
+                logger.info("pixels cast to %s before they go to the engine core", self._pixel_dtype)
+            self.patches.set(name, "applied", f"checked: the same first token, log-probabilities within "
+                             f"{checks.LOGPROB_TOLERANCE:g} of the unpatched path")  # fmt: skip
+
+    def _numbers_off(self, name: str, reason: str) -> None:
+        logger.warning("%s turned off: it would change the model's numbers: %s", name, reason)
+        if name == "pixel_norm":
+            self._raw_pixels = False
+        else:
+            self._pixel_dtype = None
+        self.patches.set(name, "off", f"turned off by its check: {reason}")
+
+    async def _check_run(self, request: EngineRequest, raw_pixels: bool, dtype: Any) -> EngineOutput:
+        """One check request through the given path (uint8 patches or not, a cast or not), with item
+        ids of its own so that no cache answers it from another check's input."""
+
+        def render() -> tuple[dict, Any, Any]:
+            inputs, params = self.prepare(request, raw_pixels=raw_pixels, own_ids=True)
+            return inputs, params, self._render(inputs, params, None, dtype=dtype)
+
+        (inputs, params, prompt), _ = await self._in_pool(render)
+        final = await self._submit(request.request_id, prompt, params)
+        failure = request_failure(final)
+        if failure is not None:
+            raise EngineRequestFailed(failure)
+        completion = final.outputs[0]
+        return EngineOutput(
+            text=completion.text,
+            prompt=inputs["prompt"],
+            prompt_tokens=len(final.prompt_token_ids or []),
+            cached_tokens=None,
+            output_tokens=len(completion.token_ids),
+            finish_reason=completion.finish_reason,
+            engine_ms=0.0,
+            token_logprobs=_token_logprobs(completion, checks.TOP),
+        )
+
+    def patch_table(self) -> list[dict[str, Any]]:
+        return self.patches.as_list()
 
     def load_processor(self) -> None:
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
@@ -571,8 +740,13 @@ class VllmEngine(Engine):
             skip_special_tokens=s.skip_special_tokens,
         )
 
-    def prepare(self, request: EngineRequest) -> tuple[dict, Any]:
-        """The vLLM prompt dict and sampling params for one request (no model call)."""
+    def prepare(
+        self, request: EngineRequest, raw_pixels: bool | None = None, own_ids: bool = False
+    ) -> tuple[dict, Any]:
+        """The vLLM prompt dict and sampling params for one request (no model call). `raw_pixels`
+        overrides whether it asks for uint8 patches, `own_ids` gives its items ids of their own
+        even without curve ids (the patches' checks: check_patches)."""
+        raw_pixels = self._raw_pixels if raw_pixels is None else raw_pixels
         prompt = self._prompts.text(request.chat)
         mm: dict[str, Any] = {}
         if videos := request.videos():
@@ -580,13 +754,13 @@ class VllmEngine(Engine):
         if request.images:
             mm["image"] = list(request.images)
         inputs: dict[str, Any] = {"prompt": prompt}
-        if mm and self._curves.clip_ids:
+        if mm and (self._curves.clip_ids or own_ids):
             # vLLM 0.24 reads multi_modal_uuids from token prompts only (newer ones from both)
             inputs["prompt_token_ids"] = self._prompts.token_ids(prompt)
             inputs["multi_modal_uuids"] = item_ids(request)
         if mm:
             inputs["multi_modal_data"] = mm
-            if self._raw_pixels:  # uint8 patches; the workers normalize them (vllm_pixel_norm)
+            if raw_pixels:  # uint8 patches; the workers normalize them (vllm_pixel_norm)
                 inputs["mm_processor_kwargs"] = dict(RAW_PIXELS)
         return inputs, self._sampling_params(request)
 
@@ -600,7 +774,7 @@ class VllmEngine(Engine):
         defaults = dict(self._llm.model_config.get_diff_sampling_param())
         return checked_defaults(defaults, "vLLM's generation config (the checkpoint's, with --engine-option overrides)")
 
-    def _render(self, inputs: dict, params: Any, cap: int | None) -> Any:
+    def _render(self, inputs: dict, params: Any, cap: int | None, dtype: Any = _OWN) -> Any:
         """vLLM's input processing for one request (its HF processor: the costly part), through its
         renderer; the engine input AsyncLLM.generate takes. A request that left max_tokens unset
         gets the context left after its prompt, at most `max_tokens_cap` (--max-tokens-limit)."""
@@ -608,8 +782,9 @@ class VllmEngine(Engine):
             (engine_input,) = self._alone_if_borrowed(self._llm.renderer.render_cmpl, [inputs])
         except _input_errors() as exc:  # vLLM's input validation: the prompt does not fit, a bad token id
             raise EngineInputRejected(f"the engine refused this input: {exc}") from None
-        if self._pixel_dtype is not None:
-            cast_pixels(engine_input, self._pixel_dtype)
+        dtype = self._pixel_dtype if dtype is _OWN else dtype  # another: the patches' checks
+        if dtype is not None:
+            cast_pixels(engine_input, dtype)
         if params.max_tokens is None:
             prompt_len = len(engine_input.get("prompt_token_ids") or ())
             left = self._llm.model_config.max_model_len - prompt_len

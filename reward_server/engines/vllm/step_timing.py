@@ -12,7 +12,8 @@ This one times the worker's own calls and appends one JSON line per call to PATH
 - `cpu_ms`: the CPU time of the calling thread in it. Wall minus this is time the thread slept (a
   lock, the interpreter); waits on the GPU spin and count as CPU, so this alone does not separate
   launching kernels from waiting for them;
-- `encoder_ms`, `encoder_calls`: the vision encoder's share (vLLM's `_execute_mm_encoder`);
+- `encoder_ms`, `encoder_calls`: the vision encoder's share (vLLM's `_execute_mm_encoder`); null
+  where the model runner has no such method (vLLM's Model Runner V2): never a zero it did not measure;
 - `tokens`, `requests`, `new_requests`: what the step scheduled;
 - `gc_ms`, `gc_full`: the cycle collector's pauses inside the call (all of them, ms) and how many
   of them were full collections (generation 2).
@@ -79,19 +80,20 @@ class GcPauses:
         return rows
 
 
-def time_runner(runner: Any, path: str) -> bool:
-    """Time this vLLM model runner's steps into `path` (see the module); False where the runner
-    has no `execute_model` (another vLLM version): it then runs as it is."""
+def time_runner(runner: Any, path: str) -> dict[str, bool]:
+    """Time this vLLM model runner's steps into `path` (see the module): whether its steps are timed
+    (`timed`: False where the runner has no `execute_model`, it then runs as it is) and whether the
+    vision encoder's share is (`encoder`: False on a runner without `_execute_mm_encoder`, V2's)."""
     execute = getattr(runner, "execute_model", None)
+    encode = getattr(runner, "_execute_mm_encoder", None)
     if execute is None:
-        return False
+        return {"timed": False, "encoder": False}
     if getattr(execute, _MARK, False):
-        return True
+        return {"timed": True, "encoder": encode is not None}
     log = open(path, "a", buffering=1)  # open while the worker lives
     pauses = GcPauses()
     gc.callbacks.append(pauses)
     encoder = {"s": 0.0, "calls": 0}
-    encode = getattr(runner, "_execute_mm_encoder", None)
     if encode is not None:
 
         def timed_encode(*args: Any, **kwargs: Any) -> Any:
@@ -121,8 +123,9 @@ def time_runner(runner: Any, path: str) -> bool:
                     "gc_full": pauses.full - gc_full,
                 }
                 if what == "execute":
-                    row["encoder_ms"] = round(encoder["s"] * 1000, 3)
-                    row["encoder_calls"] = encoder["calls"]
+                    timed_encoder = encode is not None  # else unmeasured: null, not zero
+                    row["encoder_ms"] = round(encoder["s"] * 1000, 3) if timed_encoder else None
+                    row["encoder_calls"] = encoder["calls"] if timed_encoder else None
                     row.update(_scheduled(args[0] if args else kwargs.get("scheduler_output")))
                 for line in [*pauses.drain(), row]:
                     log.write(json.dumps(line) + "\n")
@@ -134,14 +137,16 @@ def time_runner(runner: Any, path: str) -> bool:
     sample = getattr(runner, "sample_tokens", None)
     if sample is not None:
         runner.sample_tokens = timed("sample", sample)
-    return True
+    return {"timed": True, "encoder": encode is not None}
 
 
 class StepTiming:
     """vLLM's worker extension: the method the engine calls once after start, with the file."""
 
-    def reward_step_timing(self, path: str) -> bool:
+    def reward_step_timing(self, path: str) -> dict[str, bool]:
         done = time_runner(getattr(self, "model_runner", None), path)
-        if not done:
+        if not done["timed"]:
             logger.warning("this vLLM's model runner has no execute_model to time; steps are not timed")
+        elif not done["encoder"]:
+            logger.warning("this vLLM's model runner has no _execute_mm_encoder (V1's): encoder_ms is null")
         return done

@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 
+from reward_server.engines.vllm.patches import parse_options
+
 logger = logging.getLogger(__name__)
 
 OPTION = "torch_threads"
@@ -46,14 +48,8 @@ def wanted_threads(options: dict[str, str], on_gpu: bool, environ: dict[str, str
     """The thread count to set, or None to leave torch's as it is. ValueError for a count that is
     not a whole number of at least 1."""
     environ = os.environ if environ is None else environ
-    value = options.get(OPTION)
-    if value is not None:
-        try:
-            count = int(str(value))
-        except ValueError:
-            count = 0
-        if count < 1:
-            raise ValueError(f"--engine-option {OPTION}={value}: a whole number of threads >= 1 is allowed")
+    count = parse_options(options).torch_threads  # ValueError saying what is allowed
+    if count is not None:
         return count
     if ENV in environ or not on_gpu:
         return None
@@ -74,17 +70,8 @@ def input_threads(options: dict[str, str], cores: int | None = None) -> int:
     """The engine's input threads: `preprocess_threads` if given (0: processed inline, on the event
     loop), else INPUT_DEFAULT, or one on a machine of fewer than four cores. ValueError for a count
     that is not a whole number of at least 0."""
-    value = options.get(INPUT_OPTION)
-    if value is not None:
-        try:
-            count = int(str(value))
-        except ValueError:
-            count = -1
-        if count < 0:
-            raise ValueError(
-                f"--engine-option {INPUT_OPTION}={value}: a whole number of threads >= 0 is allowed "
-                "(0: inputs processed on the event loop)"
-            )
+    count = parse_options(options).input_threads  # ValueError saying what is allowed
+    if count is not None:
         return count
     cores = cores if cores is not None else (os.cpu_count() or 2)
     return max(1, min(INPUT_DEFAULT, cores // 2))

@@ -19,6 +19,11 @@ CPUs (it repacks linear weights for its own GEMM), and an encoder that vLLM comp
 misaligned GEMMs itself, and an encoder in vLLM's CUDA graphs (`cudagraph_mm_encoder`): they are
 captured before this runs, on the weights as loaded, and a replay would read the storage the padding
 replaced. `--engine-option vision_mlp_align=true|false` decides; the default is on on GPUs.
+
+Checked before it serves: each block's MLP runs on one random input before and after its padding,
+and if any output differs by more than TOLERANCE of the unpadded output's largest value (rounding in
+the weights' dtype is far below it; a layout that is not [gate; up] is far above it), every block
+gets its unpadded weights back and the worker says why.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ METHOD = "reward_align_vision_mlp"
 MULTIPLE = 64  # a whole number of the GEMMs' 64-wide K tiles; 3420 -> 3456 costs 1% more FLOPs
 
 _FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32")
+TOLERANCE = 1e-2  # of the unpadded output's largest magnitude
+_CHECK_ROWS = 8
 
 
 def _plain(layer: Any) -> bool:
@@ -72,8 +79,30 @@ def pad_mlp(gate_up: Any, down: Any, multiple: int = MULTIPLE) -> bool:
     return True
 
 
-def align_vision_mlps(model: Any, multiple: int = MULTIPLE) -> dict[str, Any]:
-    """Pad the MLPs of `model.visual.blocks`; what was done, for the log."""
+def _weights(gate_up: Any, down: Any) -> tuple:
+    """The tensors padding replaces, to put back if its check fails."""
+    bias = gate_up.bias.data if gate_up.bias is not None else None
+    return gate_up.weight.data, bias, down.weight.data
+
+
+def _restore(gate_up: Any, down: Any, saved: tuple) -> None:
+    weight, bias, down_weight = saved
+    gate_up.weight.data = weight
+    if bias is not None:
+        gate_up.bias.data = bias
+    down.weight.data = down_weight
+
+
+def _mlp_output(mlp: Any, x: Any) -> Any:
+    out = mlp(x)
+    return out[0] if isinstance(out, tuple) else out  # vLLM's linear layers may answer (out, bias)
+
+
+def align_vision_mlps(model: Any, multiple: int = MULTIPLE, tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """Pad the MLPs of `model.visual.blocks`, each checked against its unpadded self on one random
+    input (all put back if one differs by more than `tolerance`); what was done, for the log."""
+    import torch
+
     blocks = getattr(getattr(model, "visual", None), "blocks", None)
     if blocks is None:
         return {"padded": 0, "skipped": "the model has no vision blocks (model.visual.blocks)"}
@@ -88,11 +117,33 @@ def align_vision_mlps(model: Any, multiple: int = MULTIPLE) -> dict[str, Any]:
         if hasattr(down, "cpu_linear") or down.weight.ndim != 2 or gate_up.weight.ndim != 2:
             # vLLM's CPU platform repacks linear weights for its own GEMM and drops the originals
             return {"padded": padded, "skipped": "this platform repacked the linear weights (vLLM on CPUs)"}
-        before = down.weight.shape[1]
-        if pad_mlp(gate_up, down, multiple):
+    saved, worst = [], 0.0
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    with torch.no_grad():
+        for block in blocks:
+            mlp = block.mlp
+            gate_up, down = mlp.gate_up_proj, mlp.down_proj
+            before = down.weight.shape[1]
+            x = torch.randn(_CHECK_ROWS, gate_up.weight.shape[1], generator=generator)
+            x = x.to(device=gate_up.weight.device, dtype=gate_up.weight.dtype)
+            reference = _mlp_output(mlp, x).float()
+            weights = _weights(gate_up, down)
+            if not pad_mlp(gate_up, down, multiple):
+                continue
+            saved.append((gate_up, down, weights))
             widths.add((before, down.weight.shape[1]))
             padded += 1
-    return {"padded": padded, "widths": sorted(widths)}
+            scale = float(reference.abs().max()) or 1.0
+            worst = max(worst, float((_mlp_output(mlp, x).float() - reference).abs().max()) / scale)
+            if worst > tolerance:
+                for layers in saved:
+                    _restore(*layers)
+                return {
+                    "padded": 0,
+                    "skipped": f"a padded MLP differs from its unpadded self by {worst:.3g} of its largest output "
+                    f"(tolerance {tolerance:g}): put back unpadded",
+                }
+    return {"padded": padded, "widths": sorted(widths), "checked": round(worst, 6)}
 
 
 class VisionMlpAlignment:

