@@ -254,3 +254,18 @@ def test_the_workers_probe_names_the_runner_and_what_it_lacks():
     states = PatchStates()
     states.worker = probed
     assert "names it lacks: _execute_mm_encoder, _batch_mm_inputs_from_scheduler" in states.table()
+
+
+def test_gpus_get_model_runner_v1_unless_the_user_names_a_runner():
+    """On GPUs the engine asks vLLM for V1 (faster here, and what every patch was measured on) and
+    says so; a runner the user names is kept, and CPUs are left to vLLM."""
+    from reward_server.engines.vllm.patches import V2_ENV, prefer_v1_on_gpus
+
+    environ: dict[str, str] = {}
+    said = prefer_v1_on_gpus(environ, on_gpu=True)
+    assert environ == {V2_ENV: "0"} and "VLLM_USE_V2_MODEL_RUNNER=1" in said
+    for named in ("1", "0"):
+        environ = {V2_ENV: named}
+        assert prefer_v1_on_gpus(environ, on_gpu=True) is None and environ == {V2_ENV: named}
+    environ = {}
+    assert prefer_v1_on_gpus(environ, on_gpu=False) is None and environ == {}

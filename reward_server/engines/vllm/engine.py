@@ -68,6 +68,7 @@ from reward_server.engines.vllm.patches import (
     explicit_runner,
     option_names,
     parse_options,
+    prefer_v1_on_gpus,
     refuse_on_v2,
     runner_of,
 )
@@ -594,6 +595,9 @@ class VllmEngine(Engine):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         on_gpu = torch.cuda.is_available()
+        chosen = prefer_v1_on_gpus(os.environ, on_gpu)  # before vLLM reads it for its config
+        if chosen:
+            logger.info("%s", chosen)
         self._torch_threads = wanted_threads(self.config.options, on_gpu)
         if self._torch_threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
             use_threads(self._torch_threads)
