@@ -20,6 +20,7 @@ from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from reward_protocol import raw_batch
+from reward_protocol.score import ScoreResponse
 
 GOOD = 0.42
 HUGE_BYTES = 300 * 1024 * 1024
@@ -28,14 +29,11 @@ DRIP_S = 0.5
 
 
 def response(score: float = GOOD) -> dict:
-    return {
-        "score": score,
-        "model_output": "",
-        "backend": "faulty",
-        "parse_status": "ok",
-        "score_mode": "unit",
-        "nframes": 2,
-    }
+    """A right answer for one episode, as the real server writes it (the protocol's own model)."""
+    answer = ScoreResponse(
+        score=score, model_output="", backend="faulty", parse_status="ok", score_mode="unit", nframes=2
+    )
+    return answer.model_dump(mode="json", exclude_none=True)
 
 
 @cache
@@ -56,44 +54,48 @@ def gzip_bomb() -> bytes:
     return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + first + repeat * (count - 1) + end + trailer
 
 
-class FaultyRewardServer:
+class _Handler(BaseHTTPRequestHandler):
+    server: FaultyRewardServer
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        body = {"status": "ok", "backend": "faulty", "engine": "none", "model": "none"}
+        if self.server.limits is not None:
+            body["limits"] = self.server.limits
+        self.server.answer(self, self.server.health, 200, body)
+
+    def do_POST(self) -> None:
+        data = self.rfile.read(int(self.headers["content-length"]))
+        owner = self.server
+        with owner.lock:
+            owner.requests += 1
+            first = owner.requests == 1
+            owner.in_progress += 1
+            owner.most_in_progress = max(owner.most_in_progress, owner.in_progress)
+            owner.deadlines.append(float(self.headers.get("x-reward-deadline-s", "nan")))
+        try:
+            owner.post(self, data, first)
+        finally:
+            with owner.lock:
+                owner.in_progress -= 1
+
+
+class FaultyRewardServer(ThreadingHTTPServer):
+    """The server; `with` serves it in a thread until the block ends."""
+
+    daemon_threads = True
+
     def __init__(self, health: str = "ok", score: str = "ok", limits: dict | None = None):
+        super().__init__(("127.0.0.1", 0), _Handler)
         self.health, self.score, self.limits = health, score, limits
         self.requests = 0  # POSTs
         self.in_progress = 0
         self.most_in_progress = 0
         self.deadlines: list[float] = []  # X-Reward-Deadline-S of each POST
         self.stop = threading.Event()
-        self._lock = threading.Lock()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def do_GET(self) -> None:
-                body = {"status": "ok", "backend": "faulty", "engine": "none", "model": "none"}
-                if owner.limits is not None:
-                    body["limits"] = owner.limits
-                owner.answer(self, owner.health, 200, body)
-
-            def do_POST(self) -> None:
-                data = self.rfile.read(int(self.headers["content-length"]))
-                with owner._lock:
-                    owner.requests += 1
-                    first = owner.requests == 1
-                    owner.in_progress += 1
-                    owner.most_in_progress = max(owner.most_in_progress, owner.in_progress)
-                    owner.deadlines.append(float(self.headers.get("x-reward-deadline-s", "nan")))
-                try:
-                    owner.post(self, data, first)
-                finally:
-                    with owner._lock:
-                        owner.in_progress -= 1
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.thread = threading.Thread(target=self.http.serve_forever, args=(0.02,), daemon=True)
+        self.lock = threading.Lock()
 
     def post(self, handler: BaseHTTPRequestHandler, data: bytes, first: bool) -> None:
         if handler.path == "/score":
@@ -152,13 +154,13 @@ class FaultyRewardServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
+        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def __enter__(self) -> FaultyRewardServer:
-        self.thread.start()
+        threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.http.shutdown()
-        self.http.server_close()
+        self.stop.set()  # ends drips and long answers
+        self.shutdown()
+        self.server_close()
