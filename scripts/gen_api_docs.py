@@ -58,7 +58,10 @@ little less so the answer still arrives.
 `GET /health` says the server's limits (`limits`: largest JSON and raw batch bodies, episodes per
 batch, `--request-timeout-s`); `reward_client.client` cuts a batch into requests within them on
 every transport, and halves a batch still refused as too large (413: a server that does not say
-its limits, or a proxy in front of it).
+its limits, or a proxy in front of it). Limits that cannot be meant (a body under 16 KiB, no
+episodes per request) are ignored with a warning; at most 16 requests of a call are in flight.
+The client reads no answer past what its request can need (`reward_client/bounded_answers.py`,
+on the wire and after gzip or deflate): a larger one is a protocol error, retried.
 
 Frames are uint8 on the wire (`frames.data_b64`, raw batch payloads). The client converts float
 frames in [0, 1] as round(x * 255) (`reward_protocol.frames.as_uint8`) and refuses other dtypes;

@@ -68,7 +68,7 @@ def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, 
     `"0.7"` as a score, `[false, true]` as a curve, `"1"`, `true` or `1.0` as an index), and parts
     that disagree (a failed parse with a score, a score that is not the curve's last point): each
     a protocol error naming what is wrong, retried; only the right answer becomes a score."""
-    caplog.set_level(logging.WARNING, "reward_client.client")
+    caplog.set_level(logging.WARNING, "reward_client")
     with FaultyServer(fault, faulty=2) as server:
         responses, client = score_through(server, transport)
     assert [r.score for r in responses] == [GOOD] * N  # only the correct answer became rewards
@@ -83,7 +83,7 @@ def test_an_impossible_answer_is_a_counted_protocol_error_and_is_retried(fault, 
 def test_a_curve_must_have_exactly_the_points_asked_for(fault, transport, caplog):
     """Asked for K = 4: 2 points, 20 points or none at all are protocol errors (before: 2 points
     were placed at the wrong steps, 20 raised ProgressPointsError, none made the run sparse)."""
-    caplog.set_level(logging.WARNING, "reward_client.client")
+    caplog.set_level(logging.WARNING, "reward_client")
     with FaultyServer(fault, faulty=1) as server:
         responses, client = score_through(server, transport, points=4)
     assert [r.progress for r in responses] == [curve(4)] * len(responses)
