@@ -19,7 +19,7 @@ CPU tensors, plain containers and scalars, which is all these two forms hold), a
 anything else is refused unread; `trust_pickles` reads them with plain `pickle` (np.load with
 allow_pickle) for files you wrote yourself. Only regular files are opened (a FIFO or a device
 named `.pkl` is named, not read), each read once, never past the size it had when opened, and
-hashed as it is read (blake2b: the journal knows an episode by its content).
+hashed as it is read (SHA-256: the journal knows an episode by its content).
 
 Frames follow one rule for the whole episode (reward_protocol.frames.as_uint8 on the episode's
 stacked frames): uint8 as they are, integers in 0..255 as uint8, floats in [0, 1] as
@@ -67,7 +67,7 @@ class EpisodeFile:
     sim_labels: np.ndarray | None  # bool [T]: the simulator's per-frame success, if recorded
     sim_success: bool | None  # the simulator's episode label, if recorded
     nbytes: int = 0  # the file's size
-    digest: str = ""  # blake2b of the file's bytes (the journal's key: a re-collected file is judged again)
+    digest: str = ""  # SHA-256 of the file's bytes (the journal's key: a re-collected file is judged again)
     source: dict[str, Any] = field(default_factory=dict)  # pr301: the file's own images dict
 
 
@@ -98,7 +98,8 @@ _FILE_KINDS = {
 class EpisodeBytes:
     """One episode file read once, front to back, as a file object for the unpickler: a regular
     file only (a FIFO's open waits for a writer and a device's read never ends), never more bytes
-    than it had when opened, its blake2b digest computed as the bytes pass."""
+    than it had when opened, its SHA-256 digest computed as the bytes pass (SHA-256, not blake2b:
+    with the SHA extensions most x86 CPUs have it hashes 2.5 MB in 1.5 ms where blake2b takes 6.6)."""
 
     def __init__(self, path: Path, name: str):
         self.name = name
@@ -113,7 +114,7 @@ class EpisodeBytes:
             raise BrokenEpisode(name, f"is not a regular file ({kind}): only regular files are read")
         self._file = os.fdopen(fd, "rb")
         self.size = self.left = info.st_size
-        self._hash = hashlib.blake2b(digest_size=16)
+        self._hash = hashlib.sha256()
 
     def read(self, n: int | None = -1) -> bytes:
         n = self.left if n is None or n < 0 else min(n, self.left)

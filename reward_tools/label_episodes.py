@@ -26,7 +26,7 @@ accepts only numpy arrays, dtypes and scalars, torch CPU tensors, plain containe
 (what RLinf writes) and refuses, unrun, any file naming anything else. --trust-pickles reads
 them with plain pickle, running whatever they contain: only for files you wrote yourself.
 Only regular files are read (a FIFO or a device named `.pkl` is named and skipped); the journal
-knows an episode by its content (a blake2b hash), so a re-collected file is judged again.
+knows an episode by its content (a SHA-256 hash), so a re-collected file is judged again.
 
 An episode file that cannot be read (or is refused), or that the judge cannot be asked about
 or gave no score for, is named (log and report, under `skipped`) and left out; with --strict
@@ -126,7 +126,7 @@ class Journal:
         """The episode's entry if the journal judged this very content (a file collected again
         under the same name, even of the same size, has another digest: judged again)."""
         entry = self.entries.get(episode.name)
-        return entry if entry is not None and entry.get("blake2b") == episode.digest else None
+        return entry if entry is not None and entry.get("sha256") == episode.digest else None
 
     def append(self, entries: Sequence[dict]) -> None:
         if not entries:
@@ -339,7 +339,7 @@ class Labeler:
                 {
                     "name": episode.name,
                     "bytes": episode.nbytes,
-                    "blake2b": episode.digest,
+                    "sha256": episode.digest,
                     "frames": episode.frames,
                     "task": options.task_text,
                     "score": score,

@@ -526,3 +526,15 @@ def test_an_episode_the_server_refuses_as_too_large_is_listed_and_the_others_jud
     assert code == 0 and report["overall"]["episodes"] == 2
     (item,) = report["skipped"]["not_judged"]
     assert item["name"] == "rank_0_env_5_episode_0_step_8_success.pkl" and "413" in item["reason"]
+
+
+def test_image_key_picks_the_camera_of_the_earlier_form(server, tmp_path):
+    episodes = tmp_path / "reward_data"
+    for kind, value in (("positive", BRIGHT), ("negative", DARK)):
+        (episodes / kind).mkdir(parents=True)
+        wrist = np.full((6, 3, 16, 16), (255 - value) / 255, dtype=np.float32)  # the other camera: the opposite
+        main = np.full((6, 3, 16, 16), value / 255, dtype=np.float32)
+        np.save(episodes / kind / "000000.npy", {"images": {"main": main, "wrist": wrist}, "labels": np.zeros(6)})
+    argv = ["--task-text", "pick up the cube", "--rule", "score"]
+    code, report = _run(server, episodes, tmp_path / "out", *argv, "--image-key", "main")
+    assert code == 0 and report["overall"]["episode"]["accuracy"] == 1.0  # the judge saw main, not wrist
