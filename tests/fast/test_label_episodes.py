@@ -538,3 +538,24 @@ def test_image_key_picks_the_camera_of_the_earlier_form(server, tmp_path):
     argv = ["--task-text", "pick up the cube", "--rule", "score"]
     code, report = _run(server, episodes, tmp_path / "out", *argv, "--image-key", "main")
     assert code == 0 and report["overall"]["episode"]["accuracy"] == 1.0  # the judge saw main, not wrist
+
+
+def test_the_restricted_reader_gives_what_pickle_gives():
+    """Tensors of every dtype RLinf's envs store (views, transposes, 0-d flags, empty), numpy arrays
+    and scalars, every pickle protocol: equal to plain pickle's, dtype, shape and strides."""
+    import io
+
+    from reward_tools.episode_unpickler import load
+
+    base = torch.arange(24).reshape(4, 6)
+    dtypes = (torch.uint8, torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+    tensors = [t.to(d) for d in dtypes for t in (base, base.t(), base[1:, ::2], torch.tensor(1), torch.empty(0))]
+    arrays = [np.arange(6).astype(d).reshape(2, 3) for d in (np.uint8, np.float32, np.bool_, np.int64)]
+    value = {"t": tensors, "a": arrays, "s": [np.bool_(True), np.float32(0.5), 3, "x", None, (1, 2.0), {1}]}
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        got = load(io.BytesIO(pickle.dumps(value, protocol=protocol)))
+        for a, b in zip(got["t"], tensors, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+        for a, b in zip(got["a"], arrays, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert got["s"] == value["s"] and type(got["s"][0]) is np.bool_
