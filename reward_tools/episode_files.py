@@ -13,18 +13,36 @@ The earlier form (RLinf pull request 301's `RewardDataCollector`) writes `positi
 `negative/` directories of `NNNNNN.npy` files, each a pickled dict `{"images": {key: float32
 [T, C, H, W]}, "labels": float32 [T]}`; the directory is the episode's label, `labels` the frames'.
 
+Pickles run code: unpickling calls whatever a file names. So episode files are read with a
+restricted unpickler (reward_tools.episode_unpickler: numpy arrays, dtypes and scalars, torch
+CPU tensors, plain containers and scalars, which is all these two forms hold), and a file naming
+anything else is refused unread; `trust_pickles` reads them with plain `pickle` (np.load with
+allow_pickle) for files you wrote yourself. Only regular files are opened (a FIFO or a device
+named `.pkl` is named, not read), each read once, never past the size it had when opened, and
+hashed as it is read (SHA-256: the journal knows an episode by its content).
+
+Frames follow one rule for the whole episode (reward_protocol.frames.as_uint8 on the episode's
+stacked frames): uint8 as they are, integers in 0..255 as uint8, floats in [0, 1] as
+round(x * 255); anything else refuses the episode, naming the dtype and the range found.
+
 A file that cannot be read as an episode raises BrokenEpisode naming it and what was wrong; the
 caller reports it and goes on.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from reward_protocol.frames import FrameError, as_uint8
+from reward_tools import episode_unpickler
 
 Form = Literal["rlinf", "pr301"]
 PR301_DIRS = ("positive", "negative")
@@ -48,7 +66,8 @@ class EpisodeFile:
     task: str | None  # the instruction the episode carries, if any
     sim_labels: np.ndarray | None  # bool [T]: the simulator's per-frame success, if recorded
     sim_success: bool | None  # the simulator's episode label, if recorded
-    nbytes: int = 0  # the file's size (the journal checks it has not changed)
+    nbytes: int = 0  # the file's size
+    digest: str = ""  # SHA-256 of the file's bytes (the journal's key: a re-collected file is judged again)
     source: dict[str, Any] = field(default_factory=dict)  # pr301: the file's own images dict
 
 
@@ -67,6 +86,107 @@ def find_episodes(root: Path) -> tuple[Form, list[Path]]:
     )
 
 
+_FILE_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+class EpisodeBytes:
+    """One episode file read once, front to back, as a file object for the unpickler: a regular
+    file only (a FIFO's open waits for a writer and a device's read never ends), never more bytes
+    than it had when opened, its SHA-256 digest computed as the bytes pass (SHA-256, not blake2b:
+    with the SHA extensions most x86 CPUs have it hashes 2.5 MB in 1.5 ms where blake2b takes 6.6)."""
+
+    def __init__(self, path: Path, name: str):
+        self.name = name
+        try:  # O_NONBLOCK: a FIFO's open returns at once instead of waiting for a writer
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise BrokenEpisode(name, f"cannot be opened ({exc.strerror})") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            kind = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a file")
+            raise BrokenEpisode(name, f"is not a regular file ({kind}): only regular files are read")
+        self._file = os.fdopen(fd, "rb")
+        self.size = self.left = info.st_size
+        self._hash = hashlib.sha256()
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self._file.read(n)
+        self.left -= len(data)
+        self._hash.update(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")[: self.left]
+        got = self._file.readinto(view) or 0
+        self.left -= got
+        self._hash.update(view[:got])
+        return got
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = self._file.readline(self.left if size is None or size < 0 else min(size, self.left))
+        self.left -= len(line)
+        self._hash.update(line)
+        return line
+
+    def digest(self) -> str:
+        """The whole file's digest (what the reader left is read and hashed first); a file that
+        grew while it was read is refused (still being written)."""
+        while self.read(1 << 20):
+            pass
+        if self._file.read(1):
+            raise BrokenEpisode(self.name, "grew while it was read (still being written?): run again once complete")
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> EpisodeBytes:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _unpickle(reader: EpisodeBytes, trust_pickles: bool) -> Any:
+    """One object from the reader: restricted (episode_unpickler) unless trust_pickles."""
+    try:
+        return pickle.load(reader) if trust_pickles else episode_unpickler.load(reader)
+    except episode_unpickler.PickleRefused as exc:
+        raise BrokenEpisode(reader.name, f"refused: {exc}; {episode_unpickler.REFUSED_ADVICE}") from None
+    except BrokenEpisode:
+        raise
+    except Exception as exc:  # any unpickling failure: truncated, not a pickle, missing class
+        raise BrokenEpisode(reader.name, f"cannot be unpickled ({type(exc).__name__}: {exc})") from None
+
+
+def _load_npy(reader: EpisodeBytes, trust_pickles: bool) -> Any:
+    """A `.npy` file's object: its header read here, a pickled (object) array unpickled as any
+    episode pickle is (np.load(allow_pickle=True) would run its code), any other array refused."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(reader)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(reader)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(reader)
+        else:
+            raise ValueError(f"npy format version {version} (1.0 and 2.0 are read)")
+    except ValueError as exc:
+        raise BrokenEpisode(reader.name, f"is not a .npy file ({exc})") from None
+    if not dtype.hasobject:
+        raise BrokenEpisode(reader.name, f"holds a {dtype} array {list(shape)}, not a pickled episode dict")
+    data = _unpickle(reader, trust_pickles)
+    return data.item() if isinstance(data, np.ndarray) and data.size == 1 else data
+
+
 def _array(value: Any) -> np.ndarray:
     """A numpy view of a torch tensor or array-like (torch is imported only if it is one)."""
     if hasattr(value, "detach"):
@@ -74,8 +194,9 @@ def _array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def to_uint8_hwc(image: Any, what: str) -> np.ndarray:
-    """One frame as uint8 [H, W, 3]: HWC or CHW, uint8 or float (in [0, 1] or [0, 255])."""
+def to_hwc(image: Any, what: str) -> np.ndarray:
+    """One frame as [H, W, 3] (HWC, or CHW transposed), its values untouched: the pixel rule is
+    the episode's (episode_uint8), not the frame's."""
     arr = _array(image)
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
@@ -85,14 +206,23 @@ def to_uint8_hwc(image: Any, what: str) -> np.ndarray:
         arr = arr.transpose(1, 2, 0)
     if arr.shape[-1] != 3:
         raise ValueError(f"{what} has shape {list(arr.shape)}; expected 3 colour channels")
-    if arr.dtype == np.uint8:
-        return arr
-    if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{what} has dtype {arr.dtype}; expected uint8 or float pixels")
-    arr = arr.astype(np.float32)
-    if arr.size and arr.max() <= 1.0:
-        arr = arr * 255.0
-    return np.clip(np.rint(arr), 0, 255).astype(np.uint8)
+    return arr
+
+
+def episode_uint8(frames: list[np.ndarray], what: str) -> np.ndarray:
+    """An episode's frames (HWC, one size) as uint8 [T, H, W, 3] by one rule for all of them
+    (as_uint8 on the stack: floats in [0, 1] times 255, decided once, so one pixel a rounding
+    past 1.0 refuses the episode instead of leaving its frame near black); integer pixels in
+    0..255 are taken as they are."""
+    if len({f.shape for f in frames}) != 1:
+        raise ValueError(f"frames differ in size: {sorted({f.shape for f in frames})}")
+    stack = np.stack(frames)
+    if stack.dtype != np.uint8 and stack.dtype.kind in "iu" and stack.size and 0 <= stack.min() and stack.max() <= 255:
+        return stack.astype(np.uint8)
+    try:
+        return as_uint8(stack, what)
+    except FrameError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _flag(value: Any) -> bool:
@@ -119,14 +249,10 @@ def _task(observations: list) -> str | None:
     return None
 
 
-def read_rlinf_pickle(path: Path, name: str) -> EpisodeFile:
+def read_rlinf_pickle(reader: EpisodeBytes, name: str, trust_pickles: bool = False) -> EpisodeFile:
     """One RLinf main episode pickle; frames are the observations' `main_images` (those of the
     first len(infos) observations that have one, as RLinf's preprocessing takes them)."""
-    try:
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-    except Exception as exc:  # any unpickling failure: truncated, not a pickle, missing class
-        raise BrokenEpisode(name, f"cannot be unpickled ({type(exc).__name__}: {exc})") from None
+    data = _unpickle(reader, trust_pickles)
     if not isinstance(data, dict):
         raise BrokenEpisode(name, f"holds a {type(data).__name__}, not an episode dict")
     observations, infos = data.get("observations"), data.get("infos")
@@ -138,30 +264,26 @@ def read_rlinf_pickle(path: Path, name: str) -> EpisodeFile:
             image = obs.get("main_images") if isinstance(obs, dict) else None
             if image is None:
                 continue
-            frames.append(to_uint8_hwc(image, f"observations[{step}]['main_images']"))
+            frames.append(to_hwc(image, f"observations[{step}]['main_images']"))
             labels.append(sim_frame_label(info))
+        if not frames:
+            raise BrokenEpisode(name, "has no observation with main_images")
+        stack = episode_uint8(frames, "its main_images")
     except ValueError as exc:
         raise BrokenEpisode(name, str(exc)) from None
-    if not frames:
-        raise BrokenEpisode(name, "has no observation with main_images")
-    if len({f.shape for f in frames}) != 1:
-        raise BrokenEpisode(name, f"frames differ in size: {sorted({f.shape for f in frames})}")
     success = data.get("success")
     return EpisodeFile(
         name=name,
-        frames=np.stack(frames),
+        frames=stack,
         task=_task(observations),
         sim_labels=np.array(labels, dtype=bool),
         sim_success=None if success is None else _flag(success),
     )
 
 
-def read_pr301_npy(path: Path, name: str, image_key: str | None) -> EpisodeFile:
+def read_pr301_npy(reader: EpisodeBytes, name: str, image_key: str | None, trust_pickles: bool = False) -> EpisodeFile:
     """One trajectory of the earlier form; its directory (positive/negative) is its label."""
-    try:
-        data = np.load(path, allow_pickle=True).item()
-    except Exception as exc:
-        raise BrokenEpisode(name, f"cannot be loaded as a pickled .npy dict ({type(exc).__name__}: {exc})") from None
+    data = _load_npy(reader, trust_pickles)
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, dict) or not images:
         raise BrokenEpisode(name, "has no 'images' dict of {key: [T, C, H, W]} arrays")
@@ -175,7 +297,8 @@ def read_pr301_npy(path: Path, name: str, image_key: str | None) -> EpisodeFile:
     if stack.ndim != 4 or len(stack) == 0:
         raise BrokenEpisode(name, f"images[{image_key!r}] has shape {list(stack.shape)}; expected [T, C, H, W]")
     try:
-        frames = np.stack([to_uint8_hwc(f, f"images[{image_key!r}][{i}]") for i, f in enumerate(stack)])
+        layout = [to_hwc(f, f"images[{image_key!r}][{i}]") for i, f in enumerate(stack)]
+        frames = episode_uint8(layout, f"its images[{image_key!r}]")
     except ValueError as exc:
         raise BrokenEpisode(name, str(exc)) from None
     labels = data.get("labels")
@@ -195,12 +318,29 @@ def read_pr301_npy(path: Path, name: str, image_key: str | None) -> EpisodeFile:
     )
 
 
-def read_episode(form: Form, path: Path, root: Path, image_key: str | None = None) -> EpisodeFile:
-    """Read one episode file of the given form; BrokenEpisode if it is not one."""
+def read_episode(
+    form: Form, path: Path, root: Path, image_key: str | None = None, trust_pickles: bool = False
+) -> EpisodeFile:
+    """Read one episode file of the given form; BrokenEpisode if it is not one (or, without
+    trust_pickles, if its pickle names anything but arrays, tensors, containers and scalars)."""
     name = path.relative_to(root).as_posix()
-    episode = read_rlinf_pickle(path, name) if form == "rlinf" else read_pr301_npy(path, name, image_key)
-    episode.nbytes = path.stat().st_size
+    with EpisodeBytes(path, name) as reader:
+        if form == "rlinf":
+            episode = read_rlinf_pickle(reader, name, trust_pickles)
+        else:
+            episode = read_pr301_npy(reader, name, image_key, trust_pickles)
+        episode.nbytes, episode.digest = reader.size, reader.digest()
     return episode
 
 
-__all__ = ["BrokenEpisode", "EpisodeFile", "Form", "find_episodes", "read_episode", "sim_frame_label", "to_uint8_hwc"]
+__all__ = [
+    "BrokenEpisode",
+    "EpisodeBytes",
+    "EpisodeFile",
+    "Form",
+    "episode_uint8",
+    "find_episodes",
+    "read_episode",
+    "sim_frame_label",
+    "to_hwc",
+]

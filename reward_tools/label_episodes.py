@@ -20,13 +20,24 @@ backoff, one deadline), turns each answer into per-frame success labels by the r
   again judges only what the journal lacks (changing only --threshold or --last-frames, or the
   split options, re-labels without asking the judge again).
 
-An episode file that cannot be read, or whose answer has no score, is named (log and report,
-under `skipped`) and left out; with --strict the run then writes no dataset and exits 1.
+Pickles run code: unpickling a file calls whatever functions it names. Episode files (`*.pkl`,
+and the `.npy` files, which are pickles too) are therefore read with a restricted unpickler that
+accepts only numpy arrays, dtypes and scalars, torch CPU tensors, plain containers and scalars
+(what RLinf writes) and refuses, unrun, any file naming anything else. --trust-pickles reads
+them with plain pickle, running whatever they contain: only for files you wrote yourself.
+Only regular files are read (a FIFO or a device named `.pkl` is named and skipped); the journal
+knows an episode by its content (a SHA-256 hash), so a re-collected file is judged again.
+
+An episode file that cannot be read (or is refused), or that the judge cannot be asked about
+or gave no score for, is named (log and report, under `skipped`) and left out; with --strict
+the run then writes no dataset and exits 1. One run at a time per --out (a lock file in it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -40,8 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
-from reward_client.client import RetryPolicy, RewardClient, RewardClientError
+from reward_client.client import RetryPolicy, RewardClient, RewardClientError, RewardRequestError
 from reward_protocol.frames import QWEN2_5_VL, FrameSpec
 from reward_protocol.score import DEFAULT_MAX_PIXELS, DEFAULT_NFRAMES, BackendKwargs, ScoreOptions
 from reward_tools.episode_files import BrokenEpisode, EpisodeFile, Form, find_episodes, read_episode
@@ -59,6 +71,7 @@ logger = logging.getLogger("reward_tools.label_episodes")
 
 JOURNAL = "judged.jsonl"
 REPORT = "agreement.json"
+LOCK = ".label_episodes.lock"
 JOURNAL_VERSION = "label_episodes/1"
 
 
@@ -110,8 +123,10 @@ class Journal:
             f.write("\n".join([header, *body]) + "\n")
 
     def get(self, episode: Prepared) -> dict | None:
+        """The episode's entry if the journal judged this very content (a file collected again
+        under the same name, even of the same size, has another digest: judged again)."""
         entry = self.entries.get(episode.name)
-        return entry if entry is not None and entry.get("bytes") == episode.nbytes else None
+        return entry if entry is not None and entry.get("sha256") == episode.digest else None
 
     def append(self, entries: Sequence[dict]) -> None:
         if not entries:
@@ -134,6 +149,7 @@ class Prepared:
 
     name: str
     nbytes: int
+    digest: str
     task: str | None
     frames: int
     picks: list[int]
@@ -162,6 +178,7 @@ def prepare(episode: EpisodeFile, spec: FrameSpec, nframes: int, out_form: Form,
     return Prepared(
         name=episode.name,
         nbytes=episode.nbytes,
+        digest=episode.digest,
         task=episode.task,
         frames=frames,
         picks=picks,
@@ -173,9 +190,11 @@ def prepare(episode: EpisodeFile, spec: FrameSpec, nframes: int, out_form: Form,
     )
 
 
-def read_ahead(form: Form, paths: Sequence[Path], root: Path, ahead: int, make) -> Iterator[Prepared | Unreadable]:
-    """Episodes read and prepared in a thread, `ahead` of the caller, in file order (reading
-    overlaps judging)."""
+def read_ahead(
+    form: Form, paths: Sequence[Path], root: Path, ahead: int, make, read=read_episode
+) -> Iterator[Prepared | Unreadable]:
+    """Episodes read (`read(form, path, root)`) and prepared in a thread, `ahead` of the caller,
+    in file order (reading overlaps judging)."""
     q: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
     done = object()
 
@@ -183,7 +202,7 @@ def read_ahead(form: Form, paths: Sequence[Path], root: Path, ahead: int, make) 
         try:
             for path in paths:
                 try:
-                    item: Any = make(read_episode(form, path, root))
+                    item: Any = make(read(form, path, root))
                 except BrokenEpisode as exc:
                     item = Unreadable(exc.name, exc.reason)
                 except OSError as exc:
@@ -255,8 +274,9 @@ class Labeler:
     judged_now: set[str] = field(default_factory=set)
 
     def judge(self, batch: list[Prepared]) -> None:
-        """One raw batch request for these episodes; their answers go to the journal."""
-        asked, entries = [], []
+        """One raw batch request for these episodes; their answers go to the journal. An
+        episode that cannot be asked about (the request schema refuses it) is listed, not sent."""
+        asked = []
         for episode in batch:
             task = episode.task or self.task_text
             if not task:
@@ -264,21 +284,44 @@ class Labeler:
                     {"name": episode.name, "reason": "the episode carries no task instruction: pass --task-text"}
                 )
                 continue
-            options = ScoreOptions(
-                task_text=task,
-                nframes=self.nframes,
-                max_pixels=self.max_pixels,
-                backend=self.backend,
-                backend_kwargs=BackendKwargs(score_mode=self.score_mode),
-                progress_points=self.rule.points_for(self.spec, self.nframes, episode.frames),
-            )
+            try:
+                options = ScoreOptions(
+                    task_text=task,
+                    nframes=self.nframes,
+                    max_pixels=self.max_pixels,
+                    backend=self.backend,
+                    backend_kwargs=BackendKwargs(score_mode=self.score_mode),
+                    progress_points=self.rule.points_for(self.spec, self.nframes, episode.frames),
+                )
+            except ValidationError as exc:
+                self.not_judged.append({"name": episode.name, "reason": _refused_request(exc)})
+                continue
             asked.append((episode, options))
-        if not asked:
-            return
+        if asked:
+            self._ask(asked)
+
+    def _ask(self, asked: list[tuple[Prepared, ScoreOptions]]) -> None:
+        """Send one batch. A batch the server refuses as sent (400/413/422: one episode too large,
+        or one it cannot take) is asked again one episode at a time, so the refused one is listed
+        under not_judged and the others are judged; a refusal of anything else (401, 404: the
+        key, the URL) stops the run."""
         started = time.perf_counter()
-        items = self.client.score_episodes([(options, ep.judge_frames) for ep, options in asked])
+        try:
+            items = self.client.score_episodes([(options, ep.judge_frames) for ep, options in asked])
+        except RewardRequestError as exc:
+            if exc.status not in REFUSED_AS_SENT:
+                raise
+            self.judge_s += time.perf_counter() - started
+            if len(asked) == 1:
+                self.not_judged.append({"name": asked[0][0].name, "reason": str(exc)})
+                return
+            logger.warning("the judge refused a batch of %d episodes (%s): asking one at a time", len(asked), exc)
+            for one in asked:
+                self._ask([one])
+            return
         self.judge_s += time.perf_counter() - started
         self.sent += len(asked)
+        entries = []
         for (episode, options), item in zip(asked, items, strict=True):
             response = item.response
             curve = response.progress if response is not None else None
@@ -296,6 +339,7 @@ class Labeler:
                 {
                     "name": episode.name,
                     "bytes": episode.nbytes,
+                    "sha256": episode.digest,
                     "frames": episode.frames,
                     "task": options.task_text,
                     "score": score,
@@ -307,6 +351,15 @@ class Labeler:
             )
         self.journal.append(entries)
         self.judged_now.update(e["name"] for e in entries)
+
+
+REFUSED_AS_SENT = (400, 413, 422)
+
+
+def _refused_request(exc: ValidationError) -> str:
+    """A request the schema refuses, said in one line: each field and what is allowed."""
+    said = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors())
+    return f"the judge cannot be asked about it ({said})"
 
 
 # --- the command --------------------------------------------------------------------------------
@@ -347,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-split", type=float, default=0.2)
     g.add_argument("--fail-success-ratio", type=float, default=2.0)
     g.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--trust-pickles",
+        action="store_true",
+        help="read episode files with plain pickle (np.load with allow_pickle): unpickling runs whatever "
+        "code a file names, so only for files you wrote yourself; without it, files naming anything "
+        "but numpy arrays, torch tensors, plain containers and scalars are refused unrun",
+    )
     p.add_argument("--restart", action="store_true", help="forget the journal and judge everything again")
     p.add_argument("--strict", action="store_true", help="write no dataset (exit 1) if any episode is left out")
     return p
@@ -377,6 +437,37 @@ def _label_all(
     return labeled, judged
 
 
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """Hold --out for this run (an flock on a file in it, let go when the process ends however it
+    ends): two runs appending to one journal and writing one dataset would mix their files."""
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise SystemExit(
+                f"label_episodes: another label_episodes run (pid {holder}) is using {out}: "
+                "wait for it to finish, or use another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing lets the lock go
+
+
+def _judge_failed(exc: RewardClientError, journal: Journal) -> int:
+    logger.error(
+        "the judge failed: %s; %d judged episodes are kept in %s: run again to resume",
+        exc,
+        len(journal.entries),
+        journal.path,
+    )
+    return 1
+
+
 def run(args: argparse.Namespace) -> int:
     root, out = args.episodes.resolve(), args.out.resolve()
     if out == root:
@@ -392,6 +483,20 @@ def run(args: argparse.Namespace) -> int:
         args.num_samples_per_episode, args.keep_last_frame, args.val_split, args.fail_success_ratio, args.seed
     )
     out.mkdir(parents=True, exist_ok=True)
+    with out_lock(out):
+        return _run_locked(args, root, out, form, paths, out_form, rule, split)
+
+
+def _run_locked(
+    args: argparse.Namespace,
+    root: Path,
+    out: Path,
+    form: Form,
+    paths: Sequence[Path],
+    out_form: Form,
+    rule: LabelRule,
+    split: SplitOptions,
+) -> int:
     ask = {
         "nframes": args.nframes,
         "max_pixels": args.max_pixels,
@@ -407,7 +512,11 @@ def run(args: argparse.Namespace) -> int:
     client = RewardClient(
         args.url, RetryPolicy(deadline_s=args.deadline_s, timeout_s=args.timeout_s), api_key=args.api_key
     )
-    health = client.wait_until_ready(args.wait_ready_s)
+    try:
+        health = client.wait_until_ready(args.wait_ready_s)
+    except RewardClientError as exc:
+        client.close()
+        return _judge_failed(exc, journal)
     spec = FrameSpec(**health.frame_spec.model_dump()) if health.frame_spec else QWEN2_5_VL
     judge = {"url": args.url, "backend": health.backend, "engine": health.engine, "model": health.model, "asked": ask}
     labeler = Labeler(
@@ -438,7 +547,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         make = lambda episode: prepare(episode, spec, args.nframes, out_form, split)  # noqa: E731
-        for item in read_ahead(form, paths, root, 2 * args.batch_size, make):
+        read = lambda form, path, root: read_episode(form, path, root, args.image_key, args.trust_pickles)  # noqa: E731
+        for item in read_ahead(form, paths, root, 2 * args.batch_size, make, read):
             if isinstance(item, Unreadable):
                 logger.warning("skipping %s: %s", item.name, item.reason)
                 unreadable.append({"name": item.name, "reason": item.reason})
@@ -463,13 +573,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     except RewardClientError as exc:
         progress.close()
-        logger.error(
-            "the judge failed: %s; %d judged episodes are kept in %s: run again to resume",
-            exc,
-            len(journal.entries),
-            out / JOURNAL,
-        )
-        return 1
+        return _judge_failed(exc, journal)
     finally:
         client.close()
     progress.close()

@@ -12,10 +12,13 @@ the simulator calls success gets a progress curve that rises there.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -321,3 +324,238 @@ def test_the_earlier_forms_npy_directories_in_and_out(server, tmp_path):
     # RLinf main's format from the earlier form's episodes
     code, report = _run(server, episodes, tmp_path / "as_rlinf", "--task-text", "pick", "--format", "rlinf")
     assert code == 0 and (tmp_path / "as_rlinf" / "train.pt").is_file()
+
+
+# --- a directory the tool does not trust (issue 58, class 7) ------------------------------------
+
+
+class RunsACommand:
+    """Unpickled, runs a shell command (what any pickle can do): here it only leaves a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+class TorchStorageRunsACommand:
+    """A 'tensor storage' whose bytes are a pickle that runs a command: torch's own
+    torch.storage._load_from_bytes loads them with weights_only=False."""
+
+    def __init__(self, marker: Path):
+        self.payload = pickle.dumps(RunsACommand(marker), protocol=2)
+
+    def __reduce__(self):
+        return (torch.storage._load_from_bytes, (self.payload,))
+
+
+def test_a_pickle_that_runs_code_is_refused_unrun_and_named(server, tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2])
+    marker = tmp_path / "ran"
+    whole = episodes / "rank_0_env_7_episode_0_step_3_fail.pkl"
+    whole.write_bytes(pickle.dumps(RunsACommand(marker)))
+    nested = rlinf_episode(8, 4, TASKS[0])  # a real episode with the payload in one step's info
+    nested["infos"][2]["extra"] = RunsACommand(marker)
+    (episodes / "rank_0_env_8_episode_0_step_8_success.pkl").write_bytes(pickle.dumps(nested))
+    storage = rlinf_episode(8, 4, TASKS[0])
+    storage["observations"][1]["states"] = TorchStorageRunsACommand(marker)
+    (episodes / "rank_0_env_9_episode_0_step_8_success.pkl").write_bytes(pickle.dumps(storage))
+    code, report = _run(server, episodes, tmp_path / "out")
+    assert code == 0 and not marker.exists()  # nothing ran
+    refused = {i["name"]: i["reason"] for i in report["skipped"]["unreadable"]}
+    assert set(refused) == {whole.name, *(f"rank_0_env_{i}_episode_0_step_8_success.pkl" for i in (8, 9))}
+    for reason in refused.values():
+        assert "refused" in reason and "--trust-pickles" in reason and "not run" in reason
+    assert "posix.system" in refused[whole.name]
+    assert report["overall"]["episodes"] == 2  # the two real episodes are labeled as before
+
+
+def test_trust_pickles_reads_what_the_restricted_reader_refuses(server, tmp_path):
+    import datetime
+
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2])
+    dated = rlinf_episode(8, 4, TASKS[0])
+    dated["collected_on"] = datetime.date(2026, 1, 2)  # harmless, but not numpy, torch or a plain container
+    (episodes / "rank_0_env_5_episode_0_step_8_success.pkl").write_bytes(pickle.dumps(dated))
+    code, report = _run(server, episodes, tmp_path / "out")
+    assert code == 0 and report["overall"]["episodes"] == 2
+    (item,) = report["skipped"]["unreadable"]
+    assert "datetime.date" in item["reason"]
+    code, report = _run(server, episodes, tmp_path / "trusted", "--trust-pickles")
+    assert code == 0 and report["overall"]["episodes"] == 3 and report["skipped"]["unreadable"] == []
+
+
+def test_the_help_says_pickles_run_code():
+    text = label_episodes.build_parser().format_help()
+    assert "--trust-pickles" in text and "run code" in text
+
+
+def test_an_npy_that_runs_code_is_refused_unrun(server, tmp_path):
+    episodes = tmp_path / "reward_data"
+    marker = tmp_path / "ran"
+    for kind in ("positive", "negative"):
+        (episodes / kind).mkdir(parents=True)
+        frames = np.full((6, 3, 16, 16), (BRIGHT if kind == "positive" else DARK) / 255, dtype=np.float32)
+        np.save(episodes / kind / "000000.npy", {"images": {"base_camera": frames}, "labels": np.zeros(6, np.float32)})
+    np.save(episodes / "negative" / "000001.npy", {"images": {"base_camera": frames}, "x": RunsACommand(marker)})
+    code, report = _run(server, episodes, tmp_path / "out", "--task-text", "pick up the cube", "--points", "2")
+    assert code == 0 and not marker.exists()
+    (item,) = report["skipped"]["unreadable"]
+    assert item["name"] == "negative/000001.npy" and "posix.system" in item["reason"]
+    assert report["overall"]["episodes"] == 2
+
+
+def test_a_re_collected_episode_of_the_same_size_is_judged_again(server, tmp_path):
+    episodes = tmp_path / "collected"
+    _, second = write_rlinf_episodes(episodes, [(8, 4, TASKS[0]), (8, None, TASKS[0])])
+    out = tmp_path / "out"
+    code, report = _run(server, episodes, out, "--points", "4")
+    assert code == 0 and report["overall"]["judged_success"] == 1
+    size = second.stat().st_size
+    second.write_bytes(pickle.dumps(rlinf_episode(8, 3, TASKS[0])))  # collected again: it succeeds now
+    assert second.stat().st_size == size  # same length, same size: only the content says it changed
+    seen = len(server.engine.seen)
+    code, report = _run(server, episodes, out, "--points", "4")
+    assert code == 0 and len(server.engine.seen) - seen == 4  # that episode judged again, the other not
+    assert report["timing"]["sent_to_judge"] == 1 and report["timing"]["labeled_from_journal"] == 1
+    assert report["overall"]["judged_success"] == 2
+
+
+def test_one_frame_rule_for_the_whole_episode(server, tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2], numpy=True)
+    floats = rlinf_episode(8, 4, TASKS[0], numpy=True)
+    for obs in floats["observations"]:
+        obs["main_images"] = obs["main_images"].astype(np.float32) / 255
+    floats["observations"][-1]["main_images"][3, 3, 0] = np.float32(1.0000001)  # one pixel a rounding past 1
+    (episodes / "rank_0_env_6_episode_0_step_8_success.pkl").write_bytes(pickle.dumps(floats))
+    code, report = _run(server, episodes, tmp_path / "out")
+    assert code == 0
+    (item,) = report["skipped"]["unreadable"]  # refused whole, naming the range: not a near-black last frame
+    assert item["name"] == "rank_0_env_6_episode_0_step_8_success.pkl"
+    assert "float32" in item["reason"] and "1.0000001" in item["reason"] and "[0, 1]" in item["reason"]
+
+
+def test_an_episode_the_schema_refuses_is_listed_and_the_run_goes_on(server, tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, [(8, 4, TASKS[0]), (8, None, "x" * 5000), (8, None, TASKS[1])])
+    for _ in range(2):  # and again: the same file does not stop a rerun either
+        code, report = _run(server, episodes, tmp_path / "out")
+        assert code == 0 and report["overall"]["episodes"] == 2
+        (item,) = report["skipped"]["not_judged"]
+        assert item["name"] == "rank_0_env_1_episode_0_step_8_fail.pkl"
+        assert "task_text" in item["reason"] and "4096" in item["reason"]
+
+
+def _in_thread(target, *args):
+    """target(*args) in a thread: (thread, its result or exception, once it ends)."""
+    result: dict = {}
+
+    def run():
+        try:
+            result["value"] = target(*args)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_fifo_is_listed_not_read(server, tmp_path):
+    """A FIFO named like an episode (its open waits for a writer) and a directory: named, not read."""
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2], numpy=True)
+    fifo = episodes / "rank_0_env_9_episode_0_step_1_fail.pkl"
+    os.mkfifo(fifo)
+    (episodes / "rank_0_env_8_episode_0_step_1_fail.pkl").mkdir()
+    thread, result = _in_thread(_run, server, episodes, tmp_path / "out", "--rule", "score")
+    thread.join(30)
+    if thread.is_alive():  # stuck in the FIFO's open: a writer that closes at once lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(30)
+        pytest.fail("the run waited on the FIFO")
+    code, report = result["value"]
+    assert code == 0
+    reasons = {i["name"]: i["reason"] for i in report["skipped"]["unreadable"]}
+    assert "not a regular file (a FIFO)" in reasons["rank_0_env_9_episode_0_step_1_fail.pkl"]
+    assert "not a regular file (a directory)" in reasons["rank_0_env_8_episode_0_step_1_fail.pkl"]
+    assert report["overall"]["episodes"] == 2
+
+
+def test_an_unreachable_judge_gives_the_documented_message(tmp_path, caplog):
+
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:1], numpy=True)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    argv = ["--url", url, "--episodes", str(episodes), "--out", str(tmp_path / "out"), "--wait-ready-s", "0.5"]
+    assert label_episodes.main(argv) == 1
+    assert "the judge failed" in caplog.text and "run again to resume" in caplog.text and url in caplog.text
+
+
+def test_two_runs_on_one_out_do_not_both_write(tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, [(6, 3, TASKS[0])] * 3, numpy=True)
+    out = tmp_path / "out"
+    with InProcessServer(engine_option=["delay_ms=300"]) as s:
+        first, result = _in_thread(_run, s, episodes, out, "--batch-size", "1", "--rule", "score")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (out / "judged.jsonl").exists():
+            time.sleep(0.02)
+        with pytest.raises(SystemExit, match=r"another label_episodes run \(pid \d+\) is using"):
+            _run(s, episodes, out, "--rule", "score")
+        first.join(60)
+        assert result["value"][0] == 0
+        lines = (out / "judged.jsonl").read_text().splitlines()
+        assert len(lines) == 1 + 3  # the header and each episode once: the second run wrote nothing
+        assert _run(s, episodes, out, "--rule", "score")[0] == 0  # the lock goes with the run that held it
+
+
+def test_an_episode_the_server_refuses_as_too_large_is_listed_and_the_others_judged(tmp_path):
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2], numpy=True)
+    big = rlinf_episode(8, 4, TASKS[0], size=160, numpy=True)  # its 10 frames: 768 kB, over the server's 200 kB
+    (episodes / "rank_0_env_5_episode_0_step_8_success.pkl").write_bytes(pickle.dumps(big))
+    with InProcessServer(max_body_mb=0.2) as s:
+        code, report = _run(s, episodes, tmp_path / "out", "--rule", "score")
+    assert code == 0 and report["overall"]["episodes"] == 2
+    (item,) = report["skipped"]["not_judged"]
+    assert item["name"] == "rank_0_env_5_episode_0_step_8_success.pkl" and "413" in item["reason"]
+
+
+def test_image_key_picks_the_camera_of_the_earlier_form(server, tmp_path):
+    episodes = tmp_path / "reward_data"
+    for kind, value in (("positive", BRIGHT), ("negative", DARK)):
+        (episodes / kind).mkdir(parents=True)
+        wrist = np.full((6, 3, 16, 16), (255 - value) / 255, dtype=np.float32)  # the other camera: the opposite
+        main = np.full((6, 3, 16, 16), value / 255, dtype=np.float32)
+        np.save(episodes / kind / "000000.npy", {"images": {"main": main, "wrist": wrist}, "labels": np.zeros(6)})
+    argv = ["--task-text", "pick up the cube", "--rule", "score"]
+    code, report = _run(server, episodes, tmp_path / "out", *argv, "--image-key", "main")
+    assert code == 0 and report["overall"]["episode"]["accuracy"] == 1.0  # the judge saw main, not wrist
+
+
+def test_the_restricted_reader_gives_what_pickle_gives():
+    """Tensors of every dtype RLinf's envs store (views, transposes, 0-d flags, empty), numpy arrays
+    and scalars, every pickle protocol: equal to plain pickle's, dtype, shape and strides."""
+    import io
+
+    from reward_tools.episode_unpickler import load
+
+    base = torch.arange(24).reshape(4, 6)
+    dtypes = (torch.uint8, torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+    tensors = [t.to(d) for d in dtypes for t in (base, base.t(), base[1:, ::2], torch.tensor(1), torch.empty(0))]
+    arrays = [np.arange(6).astype(d).reshape(2, 3) for d in (np.uint8, np.float32, np.bool_, np.int64)]
+    value = {"t": tensors, "a": arrays, "s": [np.bool_(True), np.float32(0.5), 3, "x", None, (1, 2.0), {1}]}
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        got = load(io.BytesIO(pickle.dumps(value, protocol=protocol)))
+        for a, b in zip(got["t"], tensors, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+        for a, b in zip(got["a"], arrays, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert got["s"] == value["s"] and type(got["s"][0]) is np.bool_
