@@ -61,6 +61,7 @@ from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHO
 from reward_server.engines.vllm.encoder_batching import OPTION as BATCHING
 from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
 from reward_server.engines.vllm.heap import OPTION as FREEZE
+from reward_server.engines.vllm.model_gates import checkpoint_model_type, gate
 from reward_server.engines.vllm.options import check_supported
 from reward_server.engines.vllm.pixel_dtype import OPTION as PIXEL_DTYPE
 from reward_server.engines.vllm.pixel_dtype import cast_pixels
@@ -428,7 +429,8 @@ class VllmEngine(Engine):
             (self.normalizes_on_device(), NORM_METHOD),
             (bool(self.config.options.get(TIMING)), TIMING_METHOD),
         )
-        return [method for on, method in wanted if on]
+        # the Qwen2.5-VL-only patches stay off for other towers (model_gates.py)
+        return gate([method for on, method in wanted if on], checkpoint_model_type(self.config.model_path))
 
     def freezes_engine_heap(self) -> bool:
         """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm/heap.py): unless
@@ -575,7 +577,9 @@ class VllmEngine(Engine):
         prompt = self._prompts.text(request.chat)
         mm: dict[str, Any] = {}
         if videos := request.videos():
-            mm["video"] = [(v, video_metadata(len(v), request.fps)) for v in videos]
+            mm["video"] = [
+                (v, video_metadata(len(v), request.fps, request.video_start(i))) for i, v in enumerate(videos)
+            ]
         if request.images:
             mm["image"] = list(request.images)
         inputs: dict[str, Any] = {"prompt": prompt}
