@@ -108,6 +108,27 @@ class TinyShape:
     tie_word_embeddings: bool = False
 
 
+# Qwen3-VL-4B-Instruct as released (the 8B preset differs in its widths and deepstack layers)
+QWEN3_VL_4B = TinyShape(
+    family="qwen3_vl",
+    hidden_size=2560,
+    intermediate_size=9728,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    vocab_size=151936,
+    mrope_section=(24, 20, 20),
+    vision_depth=24,
+    vision_hidden_size=1024,
+    vision_intermediate_size=4096,
+    vision_num_heads=16,
+    vision_fullatt_block_indexes=(),
+    vision_deepstack_indexes=(5, 11, 17),
+    max_position_embeddings=262144,
+    tie_word_embeddings=True,
+    dtype="bfloat16",
+)
+
 PRESETS: dict[str, TinyShape] = {
     "tiny": TinyShape(),
     # The real Qwen2.5-VL-7B-Instruct shapes, for GPU benchmarks with random weights.
@@ -131,42 +152,16 @@ PRESETS: dict[str, TinyShape] = {
         family="qwen3_vl", mrope_section=(24, 20, 20), vision_deepstack_indexes=(0,), vision_fullatt_block_indexes=()
     ),
     # The released Qwen3-VL-4B-Instruct / 8B-Instruct shapes, for GPU rows with random weights.
-    "qwen3_vl_4b": TinyShape(
-        family="qwen3_vl",
-        hidden_size=2560,
-        intermediate_size=9728,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=151936,
-        mrope_section=(24, 20, 20),
-        vision_depth=24,
-        vision_hidden_size=1024,
-        vision_intermediate_size=4096,
-        vision_num_heads=16,
-        vision_fullatt_block_indexes=(),
-        vision_deepstack_indexes=(5, 11, 17),
-        max_position_embeddings=262144,
-        tie_word_embeddings=True,
-        dtype="bfloat16",
-    ),
-    "qwen3_vl_8b": TinyShape(
-        family="qwen3_vl",
+    "qwen3_vl_4b": QWEN3_VL_4B,
+    "qwen3_vl_8b": replace(
+        QWEN3_VL_4B,
         hidden_size=4096,
         intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=151936,
-        mrope_section=(24, 20, 20),
         vision_depth=27,
         vision_hidden_size=1152,
         vision_intermediate_size=4304,
-        vision_num_heads=16,
-        vision_fullatt_block_indexes=(),
         vision_deepstack_indexes=(8, 16, 24),
-        max_position_embeddings=262144,
-        dtype="bfloat16",
+        tie_word_embeddings=False,
     ),
 }
 
@@ -214,6 +209,55 @@ def build_tokenizer(vocab_size: int, chat_template: str = CHAT_TEMPLATE):
     return hf_tok
 
 
+def _text_sizes(shape: TinyShape, ids: dict[str, int], vocab_size: int) -> dict:
+    """The language model's sizes and special tokens (both families)."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "num_attention_heads": shape.num_attention_heads,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+    }
+
+
+def _vision_sizes(shape: TinyShape) -> dict:
+    """The vision tower's sizes (both families: 2x2 merge, temporal pairs)."""
+    return {
+        "depth": shape.vision_depth,
+        "hidden_size": shape.vision_hidden_size,
+        "intermediate_size": shape.vision_intermediate_size,
+        "num_heads": shape.vision_num_heads,
+        "out_hidden_size": shape.hidden_size,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
+
+
+def _save_weights(model_class, config, shape: TinyShape, seed: int, ids: dict[str, int], out: Path) -> None:
+    """Random weights from `seed` (on the GPU where there is one: seconds at 7B shapes), saved."""
+    import torch
+
+    torch.manual_seed(seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = model_class(config).to(getattr(torch, shape.dtype))
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.generation_config.bos_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(out, safe_serialization=True)
+
+
+def _write_marker(out: Path, shape: TinyShape, seed: int) -> None:
+    """What the checkpoint was built with (ensure_checkpoint reuses it when it matches)."""
+    (out / "tiny_checkpoint.json").write_text(json.dumps({"seed": seed, **asdict(shape)}, indent=2))
+
+
 def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: int = 0) -> Path:
     """Write the checkpoint into out_dir (created) and return its path."""
     shape = shape or PRESETS["tiny"]
@@ -221,7 +265,6 @@ def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: 
         return _build_qwen3_vl(Path(out_dir), shape, seed)
     if shape.family != "qwen2_5_vl":
         raise ValueError(f"unknown model family {shape.family!r}; known: qwen2_5_vl, qwen3_vl")
-    import torch
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -238,29 +281,13 @@ def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: 
 
     config = Qwen2_5_VLConfig(
         text_config={
-            "vocab_size": vocab_size,
-            "hidden_size": shape.hidden_size,
-            "intermediate_size": shape.intermediate_size,
-            "num_hidden_layers": shape.num_hidden_layers,
-            "num_attention_heads": shape.num_attention_heads,
-            "num_key_value_heads": shape.num_key_value_heads,
-            "max_position_embeddings": shape.max_position_embeddings,
-            "rms_norm_eps": 1e-6,
+            **_text_sizes(shape, ids, vocab_size),
             "rope_scaling": {"type": "mrope", "mrope_section": list(shape.mrope_section)},
             "rope_theta": 1000000.0,
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
         },
         vision_config={
-            "depth": shape.vision_depth,
-            "hidden_size": shape.vision_hidden_size,
-            "intermediate_size": shape.vision_intermediate_size,
-            "num_heads": shape.vision_num_heads,
-            "out_hidden_size": shape.hidden_size,
+            **_vision_sizes(shape),
             "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
             "window_size": 112,
             "fullatt_block_indexes": list(shape.vision_fullatt_block_indexes),
             "tokens_per_second": 2,
@@ -275,16 +302,7 @@ def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: 
         pad_token_id=ids["<|endoftext|>"],
         tie_word_embeddings=False,
     )
-    dtype = getattr(torch, shape.dtype)
-    torch.manual_seed(seed)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device(device):
-        model = Qwen2_5_VLForConditionalGeneration(config).to(dtype)
-    model.generation_config.eos_token_id = ids["<|im_end|>"]
-    model.generation_config.pad_token_id = ids["<|endoftext|>"]
-    model.generation_config.bos_token_id = ids["<|endoftext|>"]
-    model.save_pretrained(out, safe_serialization=True)
-    del model
+    _save_weights(Qwen2_5_VLForConditionalGeneration, config, shape, seed, ids, out)
 
     # Pixel bounds as in the released Qwen2.5-VL checkpoints: small frames are not upscaled.
     pixel_bounds = {"min_pixels": 56 * 56, "max_pixels": 28 * 28 * 16384}
@@ -295,7 +313,7 @@ def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: 
         chat_template=CHAT_TEMPLATE,
     )
     processor.save_pretrained(out)
-    (out / "tiny_checkpoint.json").write_text(json.dumps({"seed": seed, **asdict(shape)}, indent=2))
+    _write_marker(out, shape, seed)
     logger.info("wrote random-weight Qwen2.5-VL checkpoint to %s", out)
     return out
 
@@ -303,7 +321,6 @@ def build_checkpoint(out_dir: str | Path, shape: TinyShape | None = None, seed: 
 def _build_qwen3_vl(out: Path, shape: TinyShape, seed: int) -> Path:
     """A Qwen3-VL checkpoint: patch 16, 2x2 merge, temporal patch 2, deepstack layers, the
     processor that writes each frame pair's timestamp into the prompt."""
-    import torch
     from transformers import (
         Qwen2VLImageProcessor,
         Qwen3VLConfig,
@@ -318,35 +335,19 @@ def _build_qwen3_vl(out: Path, shape: TinyShape, seed: int) -> Path:
     vocab_size = max(shape.vocab_size, len(tokenizer))
     config = Qwen3VLConfig(
         text_config={
-            "vocab_size": vocab_size,
-            "hidden_size": shape.hidden_size,
-            "intermediate_size": shape.intermediate_size,
-            "num_hidden_layers": shape.num_hidden_layers,
-            "num_attention_heads": shape.num_attention_heads,
-            "num_key_value_heads": shape.num_key_value_heads,
+            **_text_sizes(shape, ids, vocab_size),
             "head_dim": 128,
-            "max_position_embeddings": shape.max_position_embeddings,
-            "rms_norm_eps": 1e-6,
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": 5000000.0,
                 "mrope_section": list(shape.mrope_section),
                 "mrope_interleaved": True,
             },
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
             "tie_word_embeddings": shape.tie_word_embeddings,
         },
         vision_config={
-            "depth": shape.vision_depth,
-            "hidden_size": shape.vision_hidden_size,
-            "intermediate_size": shape.vision_intermediate_size,
-            "num_heads": shape.vision_num_heads,
-            "out_hidden_size": shape.hidden_size,
+            **_vision_sizes(shape),
             "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
             "num_position_embeddings": shape.vision_num_position_embeddings,
             "deepstack_visual_indexes": list(shape.vision_deepstack_indexes),
             "in_channels": 3,
@@ -357,30 +358,28 @@ def _build_qwen3_vl(out: Path, shape: TinyShape, seed: int) -> Path:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=shape.tie_word_embeddings,
     )
-    torch.manual_seed(seed)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device(device):
-        model = Qwen3VLForConditionalGeneration(config).to(getattr(torch, shape.dtype))
-    model.generation_config.eos_token_id = ids["<|im_end|>"]
-    model.generation_config.pad_token_id = ids["<|endoftext|>"]
-    model.generation_config.bos_token_id = ids["<|endoftext|>"]
-    model.save_pretrained(out, safe_serialization=True)
-    del model
+    _save_weights(Qwen3VLForConditionalGeneration, config, shape, seed, ids, out)
 
-    # Pixel bounds: small frames are not upscaled (the video bounds count every frame's pixels)
+    # Pixel bounds: small frames are not upscaled (the video bounds count every frame's pixels).
+    # Mean and std 0.5 for images as for videos, as released: vLLM 0.32 normalizes every item on
+    # the device with the image processor's constants (mm_device_do_normalize), so an image
+    # processor left at Qwen2-VL's CLIP constants would skew every video there, not in transformers.
+    half = [0.5, 0.5, 0.5]
     processor = Qwen3VLProcessor(
         image_processor=Qwen2VLImageProcessor(
             patch_size=16,
             merge_size=2,
             temporal_patch_size=2,
             size={"shortest_edge": 64 * 64, "longest_edge": 16777216},
+            image_mean=half,
+            image_std=half,
         ),
         video_processor=Qwen3VLVideoProcessor(size={"shortest_edge": 64 * 64, "longest_edge": 25165824}),
         tokenizer=tokenizer,
         chat_template=QWEN3_VL_CHAT_TEMPLATE,
     )
     processor.save_pretrained(out)
-    (out / "tiny_checkpoint.json").write_text(json.dumps({"seed": seed, **asdict(shape)}, indent=2))
+    _write_marker(out, shape, seed)
     logger.info("wrote random-weight Qwen3-VL checkpoint to %s", out)
     return out
 
