@@ -538,6 +538,17 @@ class VllmEngine(Engine):
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
         self._processor = load_processor(self.config.model_path)
         self._prompts = PromptCache(self._processor)
+        if _engine_arg_known(VLLM_SWITCH) and option_value(self.config.options.get(VLLM_SWITCH, True)) is not False:
+            reason = processor_constants(self._processor)
+            if isinstance(reason, str) and "different constants" in reason:
+                # vLLM normalizes every item with the image processor's constants: videos would differ
+                # from what the checkpoint's own processor (and the transformers engine) computes
+                logger.warning(
+                    "%s, and vLLM normalizes on the device with the image processor's: videos are "
+                    "normalized differently from the checkpoint's processor (--engine-option %s=false)",
+                    reason,
+                    VLLM_SWITCH,
+                )
 
     def answer_token_ids(self, word: str) -> list[int]:
         if word not in self._token_ids:
