@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,9 +105,10 @@ def test_a_threshold_with_another_mode_is_refused_naming_the_field():
     with pytest.raises(UnsupportedOption, match="p_true only") as err:
         profile.resolve_score_mode(BackendKwargs(score_mode="logprob", p_true_threshold=0.5))
     assert err.value.param == "backend_kwargs.p_true_threshold"
-    assert load_profile("qwen3_vl", default_score_mode="p_true").resolve_score_mode(
-        BackendKwargs(p_true_threshold=0.5)
-    ) == "p_true"
+    assert (
+        load_profile("qwen3_vl", default_score_mode="p_true").resolve_score_mode(BackendKwargs(p_true_threshold=0.5))
+        == "p_true"
+    )
     with pytest.raises(ValidationError, match="less than or equal to 1"):
         BackendKwargs(score_mode="p_true", p_true_threshold=1.5)
 
@@ -149,3 +151,46 @@ def test_qwen2_5_only_worker_patches_stay_off_for_qwen3(tmp_path, caplog):
     assert checkpoint_model_type(str(tmp_path / "missing")) is None
     assert applies_to(ALIGN_METHOD, None) and applies_to(NORM_METHOD, None)  # unknown: as before the gate
     assert "stays off" in caplog.text and "qwen3_vl" in caplog.text
+
+
+def test_rlinf_mains_api_config_with_qwen3_is_the_qwen2_5_one_but_for_the_judge():
+    """configs/rlinf/main/maniskill_ppo_mlp_api_qwen3.yaml: RLinf's own example's judge
+    (Qwen3-VL-4B-Instruct) in the API worker config the libero tier runs with Qwen2.5-VL."""
+    main = Path(__file__).resolve().parents[2] / "configs" / "rlinf" / "main"
+
+    def settings(name: str) -> list[str]:
+        lines = (main / name).read_text().splitlines()
+        return [line.split(" #")[0].rstrip() for line in lines if not line.lstrip().startswith("#")]
+
+    base, qwen3 = settings("maniskill_ppo_mlp_api.yaml"), settings("maniskill_ppo_mlp_api_qwen3.yaml")
+    changed = {(a.strip(), b.strip()) for a, b in zip(base, qwen3, strict=True) if a != b}
+    assert changed == {
+        ('experiment_name: "maniskill_ppo_mlp_api"', 'experiment_name: "maniskill_ppo_mlp_api_qwen3"'),
+        ("model: Qwen2.5-VL-7B-Instruct", "model: Qwen3-VL-4B-Instruct"),
+        ("model_path: /models/Qwen2.5-VL-7B-Instruct", "model_path: /models/Qwen3-VL-4B-Instruct"),
+    }
+
+
+def test_the_bench_has_a_p_true_style():
+    from reward_tools.bench import style_kwargs
+
+    assert style_kwargs("p_true").score_mode == "p_true" and style_kwargs("logprob").score_mode == "logprob"
+
+
+def test_the_labeling_tool_follows_a_qwen3_servers_frame_rule(tmp_path):
+    """reward_tools.label_episodes reads the frame rule from /health: against a qwen3_vl server
+    (the fake engine: the server's machinery only) its frames reach the engine on the 32-pixel grid."""
+    from reward_tools import label_episodes
+    from tests.fast.test_label_episodes import PLAN, write_rlinf_episodes
+    from tests.helpers.servers import InProcessServer
+
+    episodes = tmp_path / "collected"
+    write_rlinf_episodes(episodes, PLAN[:2])
+    with InProcessServer(backend="qwen3_vl") as server:
+        args = ["--url", server.url, "--episodes", str(episodes), "--out", str(tmp_path / "out"), "--points", "3"]
+        assert label_episodes.main([*args, "--nframes", "8", "--batch-size", "2"]) == 0
+        seen = list(server.engine.seen)
+    report = json.loads((tmp_path / "out" / "agreement.json").read_text())
+    assert report["judge"]["backend"] == "qwen3_vl" and report["overall"]["episodes"] == 2
+    sides = {side for request in seen for clip in request.videos() for side in clip.shape[1:3]}
+    assert sides and all(side % 32 == 0 for side in sides), sides
