@@ -194,3 +194,20 @@ def test_the_labeling_tool_follows_a_qwen3_servers_frame_rule(tmp_path):
     assert report["judge"]["backend"] == "qwen3_vl" and report["overall"]["episodes"] == 2
     sides = {side for request in seen for clip in request.videos() for side in clip.shape[1:3]}
     assert sides and all(side % 32 == 0 for side in sides), sides
+
+
+def test_without_a_model_path_a_qwen3_server_serves_the_embedded_qwen3_checkpoint(tmp_path, monkeypatch):
+    """`python -m reward_server --backend qwen3_vl` alone: the embedded random-weight checkpoint
+    of its own family, not the Qwen2.5-VL one (a marker of the same settings: nothing is built)."""
+    from dataclasses import asdict
+
+    from reward_server.bootstrap import resolve
+    from reward_server.settings import ServerSettings
+    from reward_server.tiny_checkpoint import PRESETS
+
+    monkeypatch.setenv("REWARD_SERVER_CACHE", str(tmp_path))
+    built = tmp_path / "tiny-qwen3_vl"
+    built.mkdir()
+    (built / "config.json").write_text("{}")
+    (built / "tiny_checkpoint.json").write_text(json.dumps({"seed": 0, **asdict(PRESETS["qwen3_vl"])}))
+    assert resolve(ServerSettings(backend="qwen3-vl")).model_path == str(built)
