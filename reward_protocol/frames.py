@@ -49,9 +49,9 @@ def as_uint8(frames, what: str = "frames") -> np.ndarray:
 
 @dataclass(frozen=True)
 class FrameSpec:
-    """The frame layout of a Qwen2.5-VL-style model (the defaults are Qwen2.5-VL's).
+    """The frame layout of a Qwen-VL-style model (the defaults are Qwen2.5-VL's; QWEN3_VL below).
 
-    pixel_factor: frame sides are multiples of it (patch 14 x spatial merge 2 = 28).
+    pixel_factor: frame sides are multiples of it (patch 14 x spatial merge 2 = 28; 32 on Qwen3-VL).
     temporal_factor: frames are grouped in this many per temporal patch (2): counts are multiples.
     min_pixels / max_aspect_ratio: bounds the model's processor enforces.
     """
@@ -107,6 +107,8 @@ class FrameSpec:
 
 
 QWEN2_5_VL = FrameSpec()
+# Qwen3-VL: patch 16 x spatial merge 2 = 32; frames in temporal pairs; 2 x 2 merged patches at least
+QWEN3_VL = FrameSpec(pixel_factor=32, temporal_factor=2, min_pixels=64 * 64)
 
 
 def _cubic_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:

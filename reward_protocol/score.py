@@ -27,8 +27,10 @@ MAX_BATCH_ITEMS = 256
 MAX_VIEWS = 8  # camera views of one episode (each a video item of the prompt)
 MAX_VIEW_NAME_CHARS = 64
 
-ScoreMode = Literal["auto", "percentage", "unit", "logprob"]
-SCORE_MODES: tuple[str, ...] = ("auto", "percentage", "unit", "logprob")
+ScoreMode = Literal["auto", "percentage", "unit", "logprob", "p_true"]
+SCORE_MODES: tuple[str, ...] = ("auto", "percentage", "unit", "logprob", "p_true")
+# the score modes read from next-token probabilities (one prefill, no decoding, nothing parsed)
+PROBABILITY_MODES: tuple[str, ...] = ("logprob", "p_true")
 
 
 class ParseStatus(str, Enum):
@@ -148,7 +150,15 @@ class BackendKwargs(BaseModel):
     score_mode: ScoreMode | None = Field(
         default=None,
         description="auto (the profile prompt's scale), percentage (value/100), unit (value as is), "
-        "logprob (P(yes)/(P(yes)+P(no)) of the next token, no decoding). Default: the server's.",
+        "logprob (P(yes)/(P(yes)+P(no)) of the next token, no decoding), p_true (P(True)/(P(True)+P(False)) "
+        "of the first answer token to a claim that the task is completed, no decoding). Default: the server's.",
+    )
+    p_true_threshold: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="score_mode p_true only: answer 0/1 labels, 1.0 where P(True)/(P(True)+P(False)) >= this "
+        "(RLinf's TOPReward model uses 0.46); raw_value keeps the probability. Unset: the probability itself.",
     )
     prompt: str | None = Field(
         default=None,

@@ -23,8 +23,13 @@ logger = logging.getLogger("reward_server")
 DEFAULT_CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
 
 
-def tiny_checkpoint_dir() -> Path:
-    return Path(os.environ.get("REWARD_SERVER_CACHE", DEFAULT_CACHE)) / "tiny-qwen2_5_vl"
+# backends whose model family is not Qwen2.5-VL -> the tiny_checkpoint preset of their family
+TINY_PRESETS = {"qwen3_vl": "qwen3_vl"}
+
+
+def tiny_checkpoint_dir(preset: str = "tiny") -> Path:
+    name = "tiny-qwen2_5_vl" if preset == "tiny" else f"tiny-{preset}"
+    return Path(os.environ.get("REWARD_SERVER_CACHE", DEFAULT_CACHE)) / name
 
 
 def resolve(settings: ServerSettings) -> ServerSettings:
@@ -35,9 +40,10 @@ def resolve(settings: ServerSettings) -> ServerSettings:
     settings = settings.model_copy(update={"served_model_name": settings.effective_served_model_name()})
     if settings.model_path is not None or settings.engine == "fake":
         return settings
-    from reward_server.tiny_checkpoint import SMOKE_SETTINGS, ensure_checkpoint
+    from reward_server.tiny_checkpoint import PRESETS, SMOKE_SETTINGS, ensure_checkpoint
 
-    path = str(ensure_checkpoint(tiny_checkpoint_dir()))
+    preset = TINY_PRESETS.get(canonical_backend(settings.backend), "tiny")  # the backend's model family
+    path = str(ensure_checkpoint(tiny_checkpoint_dir(preset), PRESETS[preset]))
     logger.warning("no --model-path: serving a random-weight tiny checkpoint (%s); scores are meaningless", path)
     fill = {k: v for k, v in SMOKE_SETTINGS.items() if k not in settings.model_fields_set}
     return settings.model_copy(update={"model_path": path, **fill})

@@ -6,7 +6,7 @@
 
 Workload: episodes of 16 frames of 256x256 (max_pixels 200704, as LIBERO-10 runs send) and the
 Qwen progress prompt or its logprob variant; every measurement uses episodes never sent before
-(no engine cache helps). Scoring styles: `logprob` (prefill only) and `genK` (exactly K new
+(no engine cache helps). Scoring styles: `logprob` and `p_true` (prefill only) and `genK` (exactly K new
 tokens: random weights need fixed output lengths). Paths, for N episodes ending together:
 
 - `hook_raw`: what the RLinf hook sends by default: `RewardClient.score_episodes`, one raw batch
@@ -107,11 +107,11 @@ def episode(seed: int, frames: int = 16, size: int = 256) -> np.ndarray:
 
 
 def style_kwargs(style: str) -> BackendKwargs:
-    if style == "logprob":
-        return BackendKwargs(score_mode="logprob")
+    if style in ("logprob", "p_true"):  # one prefill each: P(Yes) / P(True) of the next token
+        return BackendKwargs(score_mode=style)
     if style.startswith("gen") and style[3:].isdigit():
         return BackendKwargs(max_tokens=int(style[3:]), ignore_eos=True, temperature=0.0)
-    raise ValueError(f"unknown style {style!r}: logprob or genK (e.g. gen8, gen256)")
+    raise ValueError(f"unknown style {style!r}: logprob, p_true or genK (e.g. gen8, gen256)")
 
 
 class Episodes:

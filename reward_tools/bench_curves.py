@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch", help="start a reward server with these flags (quoted), measure, stop it")
     parser.add_argument("--n", type=int, default=64, help="episodes ending together")
     parser.add_argument("--points", type=int, nargs="+", default=[1, 8, 16], help="curve sizes K (1 is the base)")
-    parser.add_argument("--style", default="logprob", help="logprob, or genK (K new tokens per point)")
+    parser.add_argument("--style", default="logprob", help="logprob, p_true, or genK (K new tokens per point)")
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3, help="repeats per row, on new episodes; the median counts")

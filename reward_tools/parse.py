@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from reward_protocol.score import SCORE_MODES
+from reward_protocol.score import PROBABILITY_MODES, SCORE_MODES
 from reward_server.profiles import UnknownBackend, backend_names, load_profile
 
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--score-mode",
         default=None,
-        choices=[m for m in SCORE_MODES if m != "logprob"],
+        choices=[m for m in SCORE_MODES if m not in PROBABILITY_MODES],
         help="default: the profile's (auto)",
     )
     args = parser.parse_args(argv)

@@ -116,6 +116,16 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_checkpoint(tmp_path_factory) -> str:
+    """A random-weight Qwen3-VL checkpoint (tiny_checkpoint --preset qwen3_vl), built once per session."""
+    from reward_server.tiny_checkpoint import PRESETS, ensure_checkpoint
+
+    cache = os.environ.get("REWARD_SERVER_TEST_QWEN3_CHECKPOINT")
+    path = Path(cache) if cache else tmp_path_factory.mktemp("ckpt") / "tiny-qwen3-vl"
+    return str(ensure_checkpoint(path, PRESETS["qwen3_vl"]))
+
+
+@pytest.fixture(scope="session")
 def video_dir(tmp_path_factory) -> Path:
     """Where tests write episodes for video_path requests; the servers allow only this root."""
     return tmp_path_factory.mktemp("videos")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from reward_protocol.score import HealthStatus
+from reward_protocol.score import PROBABILITY_MODES, HealthStatus
 from reward_server.core.admission import Admission, WorkKind
 from reward_server.core.deadline import Deadline
 from reward_server.core.metrics import Metrics
@@ -135,15 +135,16 @@ class RewardService:
         )
 
     def _check_answer_words(self) -> None:
-        if "logprob" not in self.profile.score_modes:
-            return
-        try:
-            self.engine.check_answer_words(self.profile.logprob_words)
-        except AnswerWordsUnsupported as exc:
-            if self.profile.default_score_mode == "logprob":
-                raise  # the server would refuse its own default: do not start
-            logger.warning("score_mode logprob is unavailable: %s", exc)
-            self.profile.disable_score_mode("logprob", str(exc))
+        for mode in PROBABILITY_MODES:
+            if mode not in self.profile.score_modes:
+                continue
+            try:
+                self.engine.check_answer_words(self.profile.answer_words(mode), mode)
+            except AnswerWordsUnsupported as exc:
+                if self.profile.default_score_mode == mode:
+                    raise  # the server would refuse its own default: do not start
+                logger.warning("score_mode %s is unavailable: %s", mode, exc)
+                self.profile.disable_score_mode(mode, str(exc))
 
     def fail(self, detail: str) -> None:
         if self.status == "failed":

@@ -260,13 +260,13 @@ class Engine(ABC):
     def answer_token_ids(self, word: str) -> list[int]:
         """The token ids of an answer word (after start)."""
 
-    def check_answer_words(self, words: tuple[str, ...]) -> None:
-        """Raise AnswerWordsUnsupported unless every word is one token (logprob reads one next token)."""
+    def check_answer_words(self, words: tuple[str, ...], score_mode: str = "logprob") -> None:
+        """Raise AnswerWordsUnsupported unless every word is one token (logprob and p_true read one next token)."""
         split = {w: n for w in words if (n := len(self.answer_token_ids(w))) != 1}
         if split:
             detail = ", ".join(f"{w!r} is {n} tokens" for w, n in split.items())
             raise AnswerWordsUnsupported(
-                f"score_mode logprob reads one next token, but this checkpoint's tokenizer splits the answer "
+                f"score_mode {score_mode} reads one next token, but this checkpoint's tokenizer splits the answer "
                 f"words ({detail}); use score_mode auto/percentage/unit with this model"
             )
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from reward_server.engines.base import SAMPLING_OPTIONS, Engine, EngineConfig, EngineDead, EngineInputRejected
 from reward_server.engines.io import EngineOutput, EngineRequest, Sampling, TokenLogprob
-from reward_server.engines.prompting import PromptCache, load_processor
+from reward_server.engines.prompting import PromptCache, hf_video_metadata, load_processor
 from reward_server.engines.step_floor import OPTION, HFStepFloor
 
 logger = logging.getLogger(__name__)
@@ -159,6 +159,10 @@ class HFEngine(Engine):
         extra: dict[str, Any] = {}
         if videos:
             extra = {"videos": videos, "videos_kwargs": {"fps": requests[0].fps, "do_sample_frames": False}}
+            # the frames' places in time, as vLLM is given them (Qwen3-VL prints them as timestamps)
+            extra["video_metadata"] = [
+                hf_video_metadata(len(v), r.fps, r.video_start(i)) for r in requests for i, v in enumerate(r.videos())
+            ]
         inputs = self._processor(
             text=prompts,
             images=images or None,

@@ -122,10 +122,18 @@ class EngineRequest:
     # The same for the image items: a curve's points give the image they share (PRIMO-R1's first
     # frame, in front of the shared clips) one id, or no point's prompt shares a prefix past it.
     image_ids: list[str] = field(default_factory=list)
+    # Where each video item's first frame lies in the episode (one per video, in order; empty: all
+    # at 0): a curve's clips for a model that writes timestamps into its prompt (Qwen3-VL), so a
+    # clip that begins at frame 8 of a 2 fps episode is shown at 4 s, not 0 s.
+    video_starts: list[int] = field(default_factory=list)
 
     def videos(self) -> list[np.ndarray]:
         """Every video item in prompt order (one per VideoPart)."""
         return ([self.video] if self.video is not None else []) + list(self.clips)
+
+    def video_start(self, index: int) -> int:
+        """The episode frame index where video item `index` begins (video_starts; 0 if unset)."""
+        return self.video_starts[index] if index < len(self.video_starts) else 0
 
 
 @dataclass(frozen=True)

@@ -65,13 +65,21 @@ class PromptCache:
         return self._text.cache_info().hits + self._ids.cache_info().hits
 
 
-def video_metadata(num_frames: int, fps: float) -> dict:
-    """Metadata for frames we already sampled (engines must not sample again)."""
+def video_metadata(num_frames: int, fps: float, start: int = 0) -> dict:
+    """Metadata for frames we already sampled (engines must not sample again), the first at
+    episode frame `start` (Qwen3-VL's processor prints each pair's timestamp from the indices)."""
     return {
         "fps": fps,
-        "total_num_frames": num_frames,
-        "frames_indices": list(range(num_frames)),
-        "duration": num_frames / fps,
+        "total_num_frames": start + num_frames,
+        "frames_indices": list(range(start, start + num_frames)),
+        "duration": (start + num_frames) / fps,
         "video_backend": "opencv",
         "do_sample_frames": False,
     }
+
+
+def hf_video_metadata(num_frames: int, fps: float, start: int = 0) -> dict:
+    """The same for a transformers processor call (sampling is a processor argument there)."""
+    meta = video_metadata(num_frames, fps, start)
+    del meta["do_sample_frames"]
+    return meta

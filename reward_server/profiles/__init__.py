@@ -11,7 +11,12 @@ PROFILES: dict[str, tuple[str, str, str]] = {
     "qwen2_5_vl_vllm": (
         "reward_server.profiles.qwen2_5_vl",
         "Qwen25VLProfile",
-        "Qwen2.5-VL-Instruct: progress prompt (0-100) or yes/no logprob",
+        "Qwen2.5-VL-Instruct: progress prompt (0-100), yes/no logprob or P(True)",
+    ),
+    "qwen3_vl": (
+        "reward_server.profiles.qwen3_vl",
+        "Qwen3VLProfile",
+        "Qwen3-VL-Instruct (2B-8B dense): progress prompt (0-100), yes/no logprob or P(True)",
     ),
     "PRIMO-R1": (
         "reward_server.profiles.primo_r1",
@@ -23,6 +28,8 @@ PROFILES: dict[str, tuple[str, str, str]] = {
 ALIASES: dict[str, str] = {
     "qwen2_5_vl": "qwen2_5_vl_vllm",
     "qwen2.5-vl": "qwen2_5_vl_vllm",
+    "qwen3-vl": "qwen3_vl",
+    "qwen3_vl_vllm": "qwen3_vl",
     "primo_r1_vllm": "PRIMO-R1",
     "primo_r1": "PRIMO-R1",
     "primo-r1": "PRIMO-R1",

@@ -14,9 +14,16 @@ import numpy as np
 
 from reward_protocol.frames import QWEN2_5_VL, FrameSpec
 from reward_protocol.progress import prefix_ends
-from reward_protocol.score import BackendKwargs, ScoreMode
+from reward_protocol.score import PROBABILITY_MODES, BackendKwargs, ScoreMode
 from reward_server.engines.io import EngineOutput, EngineRequest, Part, Sampling, TextPart, VideoPart
-from reward_server.profiles.parsing import AnswerFormat, ParseResult, logprob_score, parse_answer, scale_for
+from reward_server.profiles.parsing import (
+    AnswerFormat,
+    ParseResult,
+    logprob_score,
+    p_true_label,
+    parse_answer,
+    scale_for,
+)
 from reward_server.request_errors import FieldError
 
 
@@ -45,6 +52,13 @@ class Profile(ABC):
     fps: float = 2.0
     frame_spec: FrameSpec = QWEN2_5_VL  # the model's frame layout; the decoder and clients follow it
     logprob_words: tuple[str, str] = ("Yes", "No")  # logprob mode: (positive, negative) next-token answers
+    # p_true mode (TOPReward's rule): the first token of the reply to a claim of completion. The
+    # chat template ends the prompt with the assistant's header ("...assistant\n"), so the reply's
+    # first token is the word without a leading space ("True", not " True").
+    p_true_words: tuple[str, str] = ("True", "False")
+    # whether each video item's frames carry their place in the episode (Qwen3-VL writes each frame
+    # pair's timestamp into the prompt): a curve's clips then say where in the episode they begin
+    episode_timestamps: bool = False
 
     def __init__(
         self,
@@ -82,11 +96,22 @@ class Profile(ABC):
     def resolve_score_mode(self, kwargs: BackendKwargs) -> ScoreMode:
         mode = kwargs.score_mode or self.default_score_mode
         self.check_score_mode(mode)
+        if kwargs.p_true_threshold is not None and mode != "p_true":
+            raise UnsupportedOption(
+                f"p_true_threshold applies to score_mode p_true only; this request's score_mode is {mode!r}",
+                param="backend_kwargs.p_true_threshold",
+            )
         return mode
 
+    def answer_words(self, score_mode: ScoreMode) -> tuple[str, str]:
+        """(positive, negative) next-token answers of a probability mode (logprob, p_true)."""
+        return self.p_true_words if score_mode == "p_true" else self.logprob_words
+
     def sampling(self, kwargs: BackendKwargs, score_mode: ScoreMode) -> Sampling:
-        if score_mode == "logprob":
-            return Sampling(mode="logprob", max_tokens=1, temperature=0.0, top_p=1.0, candidates=self.logprob_words)
+        if score_mode in PROBABILITY_MODES:
+            # one prefill; the engine reads the two answers' next-token log-probabilities
+            words = self.answer_words(score_mode)
+            return Sampling(mode="logprob", max_tokens=1, temperature=0.0, top_p=1.0, candidates=words)
         d = self.sampling_defaults
         max_tokens = kwargs.max_tokens or d.max_tokens
         if self.max_tokens_limit is not None and max_tokens > self.max_tokens_limit:
@@ -161,13 +186,20 @@ class Profile(ABC):
                 clips = partial[end % f][: -(-end // f)]
             else:
                 clips = [*shared, pad_frames(video[whole:end], f)]
-            requests.append(self.build_clips(task_text, clips, kwargs, score_mode))
+            request = self.build_clips(task_text, clips, kwargs, score_mode)
+            if self.episode_timestamps:
+                shifted = self.partial_groups == "shifted" and end != whole
+                request.video_starts = clip_starts(clips, (end % f - f) if shifted else 0)
+            requests.append(request)
         return requests
 
-    def parse(self, output: EngineOutput, score_mode: ScoreMode) -> ParseResult:
-        if score_mode == "logprob":
+    def parse(self, output: EngineOutput, score_mode: ScoreMode, kwargs: BackendKwargs | None = None) -> ParseResult:
+        if score_mode in PROBABILITY_MODES:
             assert output.logprob_positive is not None and output.logprob_negative is not None
-            return logprob_score(output.logprob_positive, output.logprob_negative)
+            result = logprob_score(output.logprob_positive, output.logprob_negative)
+            if score_mode == "p_true":
+                return p_true_label(result, kwargs.p_true_threshold if kwargs is not None else None)
+            return result
         return self.parse_text(output.text, score_mode)
 
     def parse_text(self, text: str, score_mode: ScoreMode) -> ParseResult:
@@ -188,6 +220,17 @@ def shifted_chain(video: np.ndarray, offset: int, group: int) -> list[np.ndarray
     them to make a group, then every whole group after them."""
     head = [np.concatenate([np.repeat(video[:1], group - offset, axis=0), video[:offset]])] if offset else []
     return head + [video[s : s + group] for s in range(offset, len(video) - group + 1, group)]
+
+
+def clip_starts(clips: list[np.ndarray], offset: int = 0) -> list[int]:
+    """Where each of a curve's clips begins in the episode: clips follow each other, the first
+    at `offset` (a "shifted" chain's first clip holds the first frame repeated in front of the
+    frames before its first whole group, so it begins that many frames early; clamped at 0)."""
+    starts, at = [], offset
+    for clip in clips:
+        starts.append(max(0, at))
+        at += len(clip)
+    return starts
 
 
 def clip_request(clips: list[np.ndarray], **fields) -> EngineRequest:

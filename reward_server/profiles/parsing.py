@@ -111,6 +111,15 @@ def logprob_score(logprob_yes: float, logprob_no: float) -> ParseResult:
     return ParseResult(p_yes / (p_yes + p_no), ParseStatus.logprob, raw_value=logprob_yes - logprob_no)
 
 
+def p_true_label(result: ParseResult, threshold: float | None) -> ParseResult:
+    """score_mode p_true: the probability P(True) / (P(True) + P(False)) as the score, or with a
+    threshold a 0/1 label (1.0 at or above it); raw_value is the probability either way."""
+    if result.score is None:
+        return result
+    score = result.score if threshold is None else float(result.score >= threshold)
+    return ParseResult(score, result.status, raw_value=result.score)
+
+
 def _clip(text: str, limit: int = 80) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."

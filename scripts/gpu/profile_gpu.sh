@@ -3,9 +3,13 @@
 # N = 64 episodes (16 frames of 256x256) ending together spends its time, from the server's
 # per-episode engine stages and vLLM's own step log (reward_tools.steps_report), 7B shapes.
 #
-#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|curve_feed|input_cost|ab
+#   bash scripts/gpu/profile_gpu.sh primo|primo_raw|k1_raw|k1_trace|k1_trace_server|k1|curves|curves_ab|curves_spy|curve_feed|input_cost|ab|judges
 #   (results under $RES, packed into $OUT)
 #
+# judges:    the judges of JUDGES (default "qwen2_5_vl_7b qwen3_vl_4b qwen3_vl_8b": tiny_checkpoint presets,
+#            random weights at the released shapes, built here), one server each in turn: the hook
+#            path K = 1 in logprob and p_true (median of REPEATS, 5), then curves K = 1, 8, 16 in both
+#            (CURVE_REPEATS, 3): Qwen3-VL's rows beside Qwen2.5-VL-7B's, and p_true's cost against logprob's.
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens (PRIMO_STYLES), median of 3 each; the phases table and the goal (gen256 within
 #            1.2x of gen1 + 256 decode steps). PRIMO_FLAGS: more server flags (a setting to check).
@@ -147,7 +151,7 @@ pack() {  # everything under $RES as one file (the device returns at most 8)
   tar czf "$OUT/$1.tgz" -C "$RES" .
 }
 
-case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_ab, curves_spy or ab}" in
+case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curves_ab, curves_spy, ab or judges}" in
   primo)
     # shellcheck disable=SC2086  # PRIMO_STYLES is a list
     serve_bench primo "--backend PRIMO-R1 --max-tokens 4096 ${PRIMO_FLAGS:-} --warmup-batch $N" --styles ${PRIMO_STYLES:-gen1 gen256 gen1024} \
@@ -184,6 +188,25 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     ;;
   k1)
     serve_bench k1 "--warmup-batch $N" --styles logprob --repeats "${REPEATS:-5}"
+    ;;
+  judges)
+    for judge in ${JUDGES:-qwen2_5_vl_7b qwen3_vl_4b qwen3_vl_8b}; do
+      ckpt=/tmp/ckpt_$judge backend=qwen2_5_vl_vllm
+      [ "$judge" = qwen2_5_vl_7b ] && ckpt=$CKPT
+      [[ $judge == qwen3_vl* ]] && backend=qwen3_vl
+      [ -f "$ckpt/config.json" ] || python3 -m reward_server.tiny_checkpoint "$ckpt" --preset "$judge" >/dev/null
+      flags="--model-path $ckpt --backend $backend --warmup-batch $N"
+      serve_bench "k1_$judge" "$flags" --styles logprob p_true --repeats "${REPEATS:-5}"
+      server_up "curves_$judge" "$flags" || continue
+      for style in logprob p_true; do
+        name="curves_${judge}_$style"
+        python3 -m reward_tools.bench_curves --url $URL --n "$N" --points 1 8 16 --style $style \
+          --repeats "${CURVE_REPEATS:-3}" --no-plain --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" \
+          || echo "$name: errors (see $name.log)"
+        [ -f "$RES/$name.json" ] && { echo "## $name"; python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"; }
+      done
+      server_down
+    done
     ;;
   curves)
     steps="$RES/curves_steps.jsonl"

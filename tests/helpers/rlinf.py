@@ -22,7 +22,7 @@ SHARED_CONFIGS = Path(
 )
 CACHE = Path(os.environ.get("REWARD_SERVER_CACHE", Path.home() / ".cache" / "reward_server"))
 LIBERO_VENV = Path(os.environ.get("LIBERO_VENV", CACHE / "libero-venv"))
-RUNS = ("runA", "runB_qwen", "runC_primo")
+RUNS = ("runA", "runB_qwen", "runB3_qwen3", "runC_primo")
 
 
 def rlinf_wheel() -> Path:
@@ -70,14 +70,16 @@ RUN_KEYS = frozenset(
 
 
 def assert_runs_differ_only_in_reward(flat: dict[str, dict]) -> None:
-    """Runs A, B and C (flattened configs by name in RUNS) are one config but for the judge: A has
-    none, B Qwen2.5-VL, C PRIMO-R1, and evaluation keeps the simulator's own success everywhere."""
+    """Runs A, B, B3 and C (flattened configs by name in RUNS) are one config but for the judge: A
+    has none, B Qwen2.5-VL, B3 Qwen3-VL, C PRIMO-R1, and evaluation keeps the simulator's own
+    success everywhere."""
     first, *rest = RUNS
     for run in rest:
         differing = {k for k in flat[first].keys() | flat[run].keys() if flat[first].get(k) != flat[run].get(k)}
         assert differing <= RUN_KEYS, (run, differing - RUN_KEYS)
     assert flat["runA"]["env.train.reward_model.enable"] is False
     assert flat["runB_qwen"]["env.train.reward_model.backend"] == "qwen2_5_vl_vllm"
+    assert flat["runB3_qwen3"]["env.train.reward_model.backend"] == "qwen3_vl"
     assert flat["runC_primo"]["env.train.reward_model.backend"] == "PRIMO-R1"
     for run in RUNS:
         assert not any(k.startswith("env.eval.reward_model") for k in flat[run]), run  # eval: native success
@@ -110,7 +112,7 @@ STAND_IN_LAUNCHER = textwrap.dedent(
     import sys, math
     from torch.utils.tensorboard import SummaryWriter
     log_dir, config = sys.argv[1], sys.argv[2]
-    shift = {"runA": 0.0, "runB_qwen": 0.05, "runC_primo": 0.1}[config.split("openvlaoft_")[1]]
+    shift = {"runA": 0.0, "runB_qwen": 0.05, "runB3_qwen3": 0.07, "runC_primo": 0.1}[config.split("openvlaoft_")[1]]
     w = SummaryWriter(f"{log_dir}/tensorboard")
     for step in range(0, 50, 5):
         w.add_scalar("env/success_once", min(1.0, 0.2 + shift + step / 100), step)

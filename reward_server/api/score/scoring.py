@@ -194,7 +194,7 @@ class EpisodeScoring:
             outputs = await engine.generate_curve(requests)
         else:
             outputs = [await engine.generate(requests[0])]
-        parsed = [profile.parse(output, score_mode) for output in outputs]
+        parsed = [profile.parse(output, score_mode, kwargs) for output in outputs]
         last, output = parsed[-1], outputs[-1]
         total = time.perf_counter() - started
         metrics.episodes.labels(last.status.value).inc()

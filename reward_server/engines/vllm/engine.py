@@ -61,6 +61,7 @@ from reward_server.engines.vllm.cache_hits import installed as hf_call_skipped
 from reward_server.engines.vllm.curves import CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
+from reward_server.engines.vllm.model_gates import checkpoint_model_type, gate
 from reward_server.engines.vllm.options import check_supported
 from reward_server.engines.vllm.patches import (
     PROBE_METHOD,
@@ -452,7 +453,8 @@ class VllmEngine(Engine):
             (self.normalizes_on_device(), NORM_METHOD),
             (bool(self.opts.step_timing), TIMING_METHOD),
         )
-        return [method for on, method in wanted if on]
+        # the Qwen2.5-VL-only patches stay off for other towers (model_gates.py)
+        return gate([method for on, method in wanted if on], checkpoint_model_type(self.config.model_path))
 
     def freezes_engine_heap(self) -> bool:
         """Whether freeze_heap() freezes the workers' heaps once warm (engines/vllm/heap.py): unless
@@ -710,6 +712,17 @@ class VllmEngine(Engine):
         """The checkpoint's processor, which renders prompts (loaded by start(); cheap on its own)."""
         self._processor = load_processor(self.config.model_path)
         self._prompts = PromptCache(self._processor)
+        if _engine_arg_known(VLLM_SWITCH) and option_value(self.config.options.get(VLLM_SWITCH, True)) is not False:
+            reason = processor_constants(self._processor)
+            if isinstance(reason, str) and "different constants" in reason:
+                # vLLM normalizes every item with the image processor's constants: videos would differ
+                # from what the checkpoint's own processor (and the transformers engine) computes
+                logger.warning(
+                    "%s, and vLLM normalizes on the device with the image processor's: videos are "
+                    "normalized differently from the checkpoint's processor (--engine-option %s=false)",
+                    reason,
+                    VLLM_SWITCH,
+                )
 
     def answer_token_ids(self, word: str) -> list[int]:
         if word not in self._token_ids:
@@ -754,7 +767,9 @@ class VllmEngine(Engine):
         prompt = self._prompts.text(request.chat)
         mm: dict[str, Any] = {}
         if videos := request.videos():
-            mm["video"] = [(v, video_metadata(len(v), request.fps)) for v in videos]
+            mm["video"] = [
+                (v, video_metadata(len(v), request.fps, request.video_start(i))) for i, v in enumerate(videos)
+            ]
         if request.images:
             mm["image"] = list(request.images)
         inputs: dict[str, Any] = {"prompt": prompt}
