@@ -75,7 +75,10 @@ def episode_tokens(settings: ServerSettings, spec: FrameSpec) -> tuple[int, int]
 
 def cuda_available() -> bool:
     """Whether the vllm engine will run on CUDA GPUs: the test its engine arguments make
-    (VllmEngine.engine_kwargs). It initializes no CUDA context, so vLLM may still fork."""
+    (VllmEngine.engine_kwargs). Asked in NVML mode, as vLLM's import sets it: torch's plain check
+    initializes CUDA's driver in this process, and vLLM's engine core, forked from it, then cannot
+    use the GPU ("Cannot re-initialize CUDA in forked subprocess")."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import torch
 
     return torch.cuda.is_available()

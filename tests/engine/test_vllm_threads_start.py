@@ -33,8 +33,8 @@ def test_start_asks_about_cuda_only_after_vllm_set_nvml_mode(tmp_path, tiny_chec
             raise Asked(os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"))
 
         torch.cuda.is_available = is_available
-        engine = VllmEngine(engine_config(ServerSettings(engine="vllm", model_path={tiny_checkpoint!r})))
-        try:
+        try:  # the first question, whoever asks it: the settings' GPU defaults, or the engine's start
+            engine = VllmEngine(engine_config(ServerSettings(engine="vllm", model_path={tiny_checkpoint!r})))
             asyncio.run(engine.start())
         except Asked as asked:
             print(json.dumps({{"nvml_mode": asked.args[0]}}))
