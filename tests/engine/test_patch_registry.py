@@ -42,6 +42,16 @@ def test_one_table_at_start_and_in_stats_with_the_numeric_patches_checked(tiny_c
     assert all(r["changes_numbers"] == (r["patch"] in {"pixel_norm", "pixel_dtype", "vision_mlp"}) for r in rows)
 
 
+def run_child(path, script: str, checkpoint) -> subprocess.CompletedProcess:
+    """`script` written to `path` and run on the checkpoint in a child process, which must succeed."""
+    path.write_text(script)
+    done = subprocess.run(
+        [sys.executable, str(path), str(checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 # A child process: vLLM's engine core is started from the script's own process, as in the server,
 # not inside the suite's process, where other tests' in-process vLLM state would be shared.
 WRONG_CONSTANTS = """
@@ -86,12 +96,7 @@ if __name__ == "__main__":  # vLLM's engine core re-imports this file in a proce
 
 
 def test_a_patch_computing_other_numbers_is_turned_off_at_start(tiny_checkpoint, tmp_path):
-    script = tmp_path / "wrong_constants.py"
-    script.write_text(WRONG_CONSTANTS)
-    done = subprocess.run(
-        [sys.executable, str(script), str(tiny_checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_child(tmp_path / "wrong_constants.py", WRONG_CONSTANTS, tiny_checkpoint)
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     state = {r["patch"]: r for r in answer["table"]}["pixel_norm"]
     assert state["state"] == "off" and state["reason"].startswith("turned off by its check:"), state
@@ -135,11 +140,6 @@ except NeedsV1:
 
 
 def test_the_step_floor_is_refused_by_name_where_vllm_picks_model_runner_v2(tiny_checkpoint, tmp_path):
-    script = tmp_path / "floor_v2.py"
-    script.write_text(STEP_FLOOR_ON_V2)
-    done = subprocess.run(
-        [sys.executable, str(script), str(tiny_checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_child(tmp_path / "floor_v2.py", STEP_FLOOR_ON_V2, tiny_checkpoint)
     assert re.search(f"refused: .*step_floor_ms=10 needs V1: .*set {V2_ENV}=0", done.stdout), done.stdout[-2000:]
     assert "refused by name" in done.stdout

@@ -20,20 +20,11 @@ from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from reward_protocol import raw_batch
-from reward_protocol.score import ScoreResponse
+from tests.helpers.faulty import GOOD, response  # one right answer for every faulty server
 
-GOOD = 0.42
 HUGE_BYTES = 300 * 1024 * 1024
 BOMB_BYTES = 512 * 1024 * 1024
 DRIP_S = 0.5
-
-
-def response(score: float = GOOD) -> dict:
-    """A right answer for one episode, as the real server writes it (the protocol's own model)."""
-    answer = ScoreResponse(
-        score=score, model_output="", backend="faulty", parse_status="ok", score_mode="unit", nframes=2
-    )
-    return answer.model_dump(mode="json", exclude_none=True)
 
 
 @cache
@@ -99,13 +90,13 @@ class FaultyRewardServer(ThreadingHTTPServer):
 
     def post(self, handler: BaseHTTPRequestHandler, data: bytes, first: bool) -> None:
         if handler.path == "/score":
-            self.answer(handler, self.score, 200, response(), first)
+            self.answer(handler, self.score, 200, response(GOOD), first)
             return
         if handler.headers["content-type"] == raw_batch.CONTENT_TYPE:
             n = len(raw_batch.decode(data)[0].requests)
         else:
             n = len(json.loads(data)["requests"])
-        results = [{"index": i, "response": response()} for i in range(n)]
+        results = [{"index": i, "response": response(GOOD)} for i in range(n)]
         self.answer(handler, self.score, 200, {"results": results}, first)
 
     def answer(self, handler: BaseHTTPRequestHandler, fault: str, status: int, body: dict, first: bool = False) -> None:
