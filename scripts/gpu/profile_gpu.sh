@@ -7,9 +7,10 @@
 #   (results under $RES, packed into $OUT)
 #
 # judges:    the judges of JUDGES (default "qwen2_5_vl_7b qwen3_vl_4b qwen3_vl_8b": tiny_checkpoint presets,
-#            random weights at the released shapes, built here), one server each in turn: the hook
-#            path K = 1 in logprob and p_true (median of REPEATS, 5), then curves K = 1, 8, 16 in both
-#            (CURVE_REPEATS, 3): Qwen3-VL's rows beside Qwen2.5-VL-7B's, and p_true's cost against logprob's.
+#            random weights at the released shapes, built here), each on its shipped preset
+#            (configs/server/JUDGE.yaml, --gpu-ids 0), one server each in turn: the hook path K = 1 in
+#            logprob and p_true (median of REPEATS, 5), then on the same server curves K = 1, 8, 16 in
+#            both (CURVE_REPEATS, 3): Qwen3-VL's rows beside Qwen2.5-VL-7B's, p_true's cost against logprob's.
 # primo:     the PRIMO-R1 profile (run C's judge) on the hook path, exactly 1 (the prefill alone),
 #            256 and 1024 new tokens (PRIMO_STYLES), median of 3 each; the phases table and the goal (gen256 within
 #            1.2x of gen1 + 256 decode steps). PRIMO_FLAGS: more server flags (a setting to check).
@@ -190,22 +191,28 @@ case "${1:?primo, primo_raw, k1_raw, k1_trace, k1_trace_server, k1, curves, curv
     serve_bench k1 "--warmup-batch $N" --styles logprob --repeats "${REPEATS:-5}"
     ;;
   judges)
+    # each judge's shipped preset (configs/server/JUDGE.yaml) started as the README says, one server per
+    # judge: its hook path K = 1, then its curves, both styles, on that one warmed server
+    COMMON="--log-level warning"  # the preset's settings alone
     for judge in ${JUDGES:-qwen2_5_vl_7b qwen3_vl_4b qwen3_vl_8b}; do
-      ckpt=/tmp/ckpt_$judge backend=qwen2_5_vl_vllm
+      ckpt=/tmp/ckpt_$judge
       [ "$judge" = qwen2_5_vl_7b ] && ckpt=$CKPT
-      [[ $judge == qwen3_vl* ]] && backend=qwen3_vl
       [ -f "$ckpt/config.json" ] || python3 -m reward_server.tiny_checkpoint "$ckpt" --preset "$judge" >/dev/null
-      flags="--model-path $ckpt --backend $backend --warmup-batch $N"
-      serve_bench "k1_$judge" "$flags" --styles logprob p_true --repeats "${REPEATS:-5}"
-      server_up "curves_$judge" "$flags" || continue
+      name="k1_$judge"
+      server_up "$name" "--config configs/server/$judge.yaml --model-path $ckpt --gpu-ids 0" || continue
+      python3 -m reward_tools.bench --url $URL --paths hook_raw --n "$N" --styles logprob p_true \
+        --repeats "${REPEATS:-5}" --out "$RES/$name.json" >"$RES/$name.txt" 2>"$RES/$name.log" || echo "$name: errors (see $name.log)"
+      curl -s $URL/stats >"$RES/${judge}_stats.json" || true
       for style in logprob p_true; do
-        name="curves_${judge}_$style"
+        cname="curves_${judge}_$style"
         python3 -m reward_tools.bench_curves --url $URL --n "$N" --points 1 8 16 --style $style \
-          --repeats "${CURVE_REPEATS:-3}" --no-plain --no-voc --out "$RES/$name.json" >/dev/null 2>"$RES/$name.log" \
-          || echo "$name: errors (see $name.log)"
-        [ -f "$RES/$name.json" ] && { echo "## $name"; python3 -m reward_tools.curves_table "$RES/$name.json" | tee "$RES/${name}_table.md"; }
+          --repeats "${CURVE_REPEATS:-3}" --no-plain --no-voc --out "$RES/$cname.json" >/dev/null 2>"$RES/$cname.log" \
+          || echo "$cname: errors (see $cname.log)"
+        [ -f "$RES/$cname.json" ] && { echo "## $cname"; python3 -m reward_tools.curves_table "$RES/$cname.json" | tee "$RES/${cname}_table.md"; }
       done
       server_down
+      [ -f "$RES/$name.json" ] && python3 -m reward_tools.steps_report "$RES/$name.json" "$RES/${name}_steps.jsonl" \
+        --out "$RES/${name}_phases.json" >"$RES/${name}_phases.md" && { echo "## $name"; cat "$RES/${name}_phases.md"; }
     done
     ;;
   curves)

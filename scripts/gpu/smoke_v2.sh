@@ -112,14 +112,14 @@ PY
 }
 
 status=0
-smoke v2 || status=1
-floor || status=1
+VLLM_USE_V2_MODEL_RUNNER=1 smoke v2 || status=1  # named: on GPUs the server asks for V1 unless told
+VLLM_USE_V2_MODEL_RUNNER=1 floor || status=1
 VLLM_USE_V2_MODEL_RUNNER=0 smoke v1 || status=1
 TESTS="tests/engine/test_patch_registry.py tests/engine/test_step_timing.py tests/engine/test_encoder_batching.py
   tests/engine/test_pixel_norm.py tests/engine/test_pixel_dtype.py tests/engine/test_vision_mlp_align.py"
 # shellcheck disable=SC2086
 VLLM_USE_V2_MODEL_RUNNER=0 python3 -m pytest $TESTS -q -p no:cacheprovider >"$OUT/pytest_v1.txt" 2>&1 || true
 # shellcheck disable=SC2086
-python3 -m pytest $TESTS -q -p no:cacheprovider >"$OUT/pytest_v2.txt" 2>&1 || true
+VLLM_USE_V2_MODEL_RUNNER=1 python3 -m pytest $TESTS -q -p no:cacheprovider >"$OUT/pytest_v2.txt" 2>&1 || true
 tail -n 3 "$OUT/pytest_v1.txt" "$OUT/pytest_v2.txt"
 exit $status
