@@ -2,9 +2,11 @@
 # Run the A/B/C comparison (and D) against a patched RLinf checkout, main or v0.3, one run after another.
 #
 #   bash scripts/run_experiments.sh RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|starvla|maniskill] \
-#        [--suite libero_spatial|libero_10] [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] \
+#        [--suite libero_spatial|libero_10] [--runs A,B,C] [--qwen3-model DIR] [--reward-gpus 6,7] [--port 18080] \
 #        [--out experiments/<date>] [-- OVERRIDE...]
 #
+# Run B3 is run B with a Qwen3-VL judge (<prefix>_runB3_qwen3, backend qwen3_vl, --qwen3-model DIR):
+# --runs A,B,B3,C for the comparison with both judges. Run C's server runs PRIMO_BACKEND (default PRIMO-R1).
 # --env picks the run configs: libero (default) libero_10_grpo_openvlaoft_run{A,B_qwen,C_primo} and
 # run D, libero_10_ppo_openvlaoft_runD_dense (PPO on the Qwen judge's progress curves: --runs A,B,C,D);
 # starvla (RLinf main only) <suite>_grpo_starvla_run{A,B_qwen,C_primo}, StarVLA QwenOFT on
@@ -19,7 +21,7 @@
 # logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
 # recorded in --out/<run>/log_path, the server's /metrics at the end of the run in
 # --out/<run>/server_metrics.txt. Extra server flags: REWARD_SERVER_FLAGS="...".
-# Hydra overrides after `--` go to every run (one written RUN:KEY=VALUE, e.g. D:algorithm.update_epoch=1,
+# Hydra overrides after `--` go to every run (one written RUN:KEY=VALUE, e.g. D:algorithm.update_epoch=1 or B3:...,
 # to that run only): run_embodiment.sh takes none, so the script then
 # starts train_embodied_agent.py itself exactly as run_embodiment.sh does, plus the overrides
 # (and the reward server's URL for B/C), with RLINF_PYTHON (default: python), under
@@ -32,10 +34,10 @@ PY=${PYTHON:-python3}
 die() { echo "run_experiments: $*" >&2; exit 1; }
 log() { echo "[run_experiments] $*" >&2; }
 
-[ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--env libero|maniskill] [--runs A,B,C] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
+[ $# -ge 1 ] || die "usage: $0 RLINF_DIR --qwen-model DIR --primo-model DIR [--qwen3-model DIR] [--env libero|starvla|maniskill] [--runs A,B,B3,C,D] [--reward-gpus 6,7] [--port 18080] [--out DIR]"
 RLINF_DIR=$(cd "$1" && pwd) || die "no such directory: $1"
 shift
-env_name=libero; suite=libero_spatial; runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
+env_name=libero; suite=libero_spatial; runs=A,B,C; reward_gpus=6,7; port=18080; qwen=""; primo=""; qwen3=""; out="$ROOT/experiments/$(date +%Y%m%d-%H%M%S)"
 health_timeout=${HEALTH_TIMEOUT_S:-1800}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --qwen-model) qwen=$2; shift 2 ;;
     --primo-model) primo=$2; shift 2 ;;
+    --qwen3-model) qwen3=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; break ;;
     *) die "unknown option '$1'" ;;
@@ -62,7 +65,8 @@ IFS=, read -r -a run_list <<<"$runs"
 for run in "${run_list[@]}"; do
   case "$run" in
     A) ;; B | D) [ -n "$qwen" ] || die "run $run needs --qwen-model" ;; C) [ -n "$primo" ] || die "run C needs --primo-model" ;;
-    *) die "unknown run '$run' (A, B, C or D)" ;;
+    B3) [ -n "$qwen3" ] || die "run B3 needs --qwen3-model (a Qwen3-VL Instruct checkpoint)" ;;
+    *) die "unknown run '$run' (A, B, B3, C or D)" ;;
   esac
 done
 mkdir -p "$out"
@@ -111,7 +115,7 @@ start_server() {  # backend model logfile
 run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are overrides
   local mine=() item
   for item in "${overrides[@]}"; do  # RUN:KEY=VALUE goes to that run alone
-    if [[ $item =~ ^([A-D]):(.*)$ ]]; then
+    if [[ $item =~ ^(A|B|B3|C|D):(.*)$ ]]; then
       [ "${BASH_REMATCH[1]}" != "$1" ] || mine+=("${BASH_REMATCH[2]}")
     else
       mine+=("$item")
@@ -155,7 +159,7 @@ case "$env_name" in
   maniskill) prefix=maniskill_ppo_mlp ;;
   *) die "unknown env '$env_name' (libero, starvla or maniskill)" ;;
 esac
-declare -A config=([A]=${prefix}_runA [B]=${prefix}_runB_qwen [C]=${prefix}_runC_primo)
+declare -A config=([A]=${prefix}_runA [B]=${prefix}_runB_qwen [B3]=${prefix}_runB3_qwen3 [C]=${prefix}_runC_primo)
 if [ "$env_name" = libero ]; then config[D]=libero_10_ppo_openvlaoft_runD_dense; fi
 for run in "${run_list[@]}"; do
   [ -n "${config[$run]:-}" ] || die "run $run has no $env_name config (run D: --env libero)"
@@ -169,7 +173,8 @@ for run in "${run_list[@]}"; do
   mkdir -p "$run_out"
   case "$run" in
     B | D) start_server qwen2_5_vl_vllm "$qwen" "$run_out/reward_server.log" ;;
-    C) start_server PRIMO-R1 "$primo" "$run_out/reward_server.log" ;;
+    B3) start_server qwen3_vl "$qwen3" "$run_out/reward_server.log" ;;
+    C) start_server "${PRIMO_BACKEND:-PRIMO-R1}" "$primo" "$run_out/reward_server.log" ;;
   esac
   before=$(ls -1d "$RLINF_DIR"/logs/*-"${config[$run]}" 2>/dev/null || true)
   log "run $run: ${config[$run]} (console log: $run_out/console.log)"

@@ -4,14 +4,17 @@
 # about 7 minutes on 2 CPU cores.
 #
 #   bash scripts/run_tiny_experiments.sh [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR]
-#        [--runs A,B,C,D] [--judge-model DIR]
+#        [--runs A,B,C,D,B3] [--judge-model DIR] [--qwen3-judge-model DIR]
 #
 # The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
 # them small: RLinf's mlp_policy (random init; reads LIBERO's 8 state numbers) instead of
 # OpenVLA-OFT, 2 envs x 16 steps on LIBERO-10 task 8, one group of 2, 2 training steps. The judge
 # of both B and C is a random-weight tiny Qwen2.5-VL with the Qwen profile on the transformers
 # engine, scoring in logprob mode: random weights write no number, and PRIMO-R1's profile needs a
-# written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint.
+# written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint. Run B3
+# (run B's config with a Qwen3-VL judge, --runs ...,B3) is judged by a random-weight tiny Qwen3-VL
+# (tiny_checkpoint --preset qwen3_vl) on the qwen3_vl backend, the same engine and mode;
+# --qwen3-judge-model serves another.
 # Run D (PPO on the judge's progress curves, dense rewards) gets TINY_D besides: a value head on
 # the mlp_policy, one env per group, one PPO epoch.
 # scripts/run_experiments.sh starts, health-checks and stops the server for B, C and D, as at full size.
@@ -54,7 +57,7 @@ TINY=(
   algorithm.group_size=2 env.train.total_num_envs=2 env.train.rollout_epoch=1
   env.train.max_episode_steps=16 env.train.max_steps_per_rollout_epoch=16 +env.train.specific_reset_id=400
   env.train.video_cfg.save_video=False env.train.reward_model.score_mode=logprob
-  env.train.reward_model.backend=qwen2_5_vl_vllm
+  C:env.train.reward_model.backend=qwen2_5_vl_vllm
   env.train.reward_model.wait_ready_s=120
   actor.micro_batch_size=16 actor.global_batch_size=32 actor.enable_offload=False rollout.enable_offload=False
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
@@ -76,7 +79,7 @@ TINY_STARVLA=(
   algorithm.group_size=2 env.train.total_num_envs=2 env.train.rollout_epoch=1
   env.train.max_episode_steps=16 env.train.max_steps_per_rollout_epoch=16 +env.train.specific_reset_id=400
   env.train.video_cfg.save_video=False runner.val_check_interval=-1
-  env.train.reward_model.score_mode=logprob env.train.reward_model.backend=qwen2_5_vl_vllm
+  env.train.reward_model.score_mode=logprob C:env.train.reward_model.backend=qwen2_5_vl_vllm
   env.train.reward_model.wait_ready_s=120
   actor.micro_batch_size=4 actor.global_batch_size=4 actor.enable_offload=False rollout.enable_offload=False
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
@@ -91,7 +94,7 @@ TINY_MANISKILL=(
   env.train.init_params.sensor_configs.width=56 env.train.init_params.sensor_configs.height=56
   env.eval.init_params.sensor_configs.width=56 env.eval.init_params.sensor_configs.height=56
   env.eval.video_cfg.save_video=False env.train.reward_model.score_mode=logprob
-  env.train.reward_model.backend=qwen2_5_vl_vllm env.train.reward_model.wait_ready_s=120
+  C:env.train.reward_model.backend=qwen2_5_vl_vllm env.train.reward_model.wait_ready_s=120
   algorithm.update_epoch=1 actor.micro_batch_size=16 actor.global_batch_size=16
   rollout.enable_torch_compile=False rollout.enable_cuda_graph=False
   runner.max_epochs=2 runner.val_check_interval=-1 runner.save_interval=-1
@@ -104,7 +107,7 @@ MANISKILL_CPU=(
 # RLinf's default patch syncer needs CUDA; the bucket syncer also runs on CPU.
 CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
 
-env_name=libero; suite=(); rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; port=""
+env_name=libero; suite=(); rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; judge3=""; port=""
 examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -113,8 +116,9 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --judge-model) judge=$2; shift 2 ;;
+    --qwen3-judge-model) judge3=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) die "unknown option '$1' (usage: $0 [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR] [--runs A,B,C,D] [--judge-model DIR] [--port N])" ;;
+    *) die "unknown option '$1' (usage: $0 [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR] [--runs A,B,C,D,B3] [--judge-model DIR] [--qwen3-judge-model DIR] [--port N])" ;;
   esac
 done
 case "$env_name" in
@@ -178,6 +182,14 @@ if [ -z "$judge" ]; then
   judge="$out/judge"
   "$PY" -m reward_server.tiny_checkpoint "$judge" >&2
 fi
+qwen3=()
+if [[ ,$runs, == *,B3,* ]]; then
+  if [ -z "$judge3" ]; then
+    judge3="$out/judge_qwen3"
+    "$PY" -m reward_server.tiny_checkpoint "$judge3" --preset qwen3_vl >&2
+  fi
+  qwen3=(--qwen3-model "$judge3")
+fi
 [ -n "$port" ] || port=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 
 # Ray's own directory, so RLinf's ray.init(address="auto") never joins another Ray on this host;
@@ -189,8 +201,8 @@ log "runs $runs -> $out"
 status=0
 RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
   LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
-  REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml --backend qwen2_5_vl_vllm" \
-  bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" "${suite[@]}" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" \
+  REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml" PRIMO_BACKEND=qwen2_5_vl_vllm \
+  bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" "${suite[@]}" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" "${qwen3[@]}" \
   --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
 
 compare=()

@@ -60,7 +60,12 @@ DEPS=(msgspec pyzmq blake3 cbor2 pybase64 setproctitle compressed-tensors==0.17.
       apache-tvm-ffi==0.1.15.post2 lm-format-enforcer==0.11.3 interegular prometheus-fastapi-instrumentator
       "fastapi<0.137" starlette openai==2.14.0 distro jiter sniffio cachetools opentelemetry-api opentelemetry-sdk
       opentelemetry-semantic-conventions opentelemetry-semantic-conventions-ai uvicorn python-multipart
-      av httptools orjson loguru)
+      av httptools orjson loguru httpx2 httpcore2 truststore idna anyio)
+# at the GPU lock's versions where it names them, for the vLLM it locks (a locked install's set:
+# the openai client vLLM's own `vllm serve` imports, 3.x on httpx2, did not travel before)
+if [ "$VERSION" = "$(sed -n 's/^vllm==//p' requirements/gpu.lock)" ]; then
+  mapfile -t DEPS < <(python3 scripts/lock_gpu.py pins requirements/gpu.lock 3.12 "${DEPS[@]}")
+fi
 "${PIPDL[@]}" -d "$W/parts" "${DEPS[@]}"
 
 # first fit, largest first: as few pieces as the room allows

@@ -170,3 +170,7 @@ def test_qwen2_5_only_patches_stay_off_with_the_reason_logged(qwen3_vllm):
     log = qwen3_vllm.log_path.read_text()
     assert "reward_align_vision_mlp stays off: written and measured for qwen2_5_vl, this checkpoint is qwen3_vl" in log
     assert "vision MLP alignment" not in log  # never sent to the workers
+    # ... and the patch table in /stats says so, not an unexplained "off"
+    rows = {row["patch"]: row for row in httpx.get(f"{qwen3_vllm.url}/stats", timeout=10).json()["patches"]}
+    assert rows["vision_mlp"]["state"] == "off"
+    assert rows["vision_mlp"]["reason"] == "stays off for qwen3_vl: written and measured for qwen2_5_vl only"

@@ -49,3 +49,26 @@ def test_the_servers_are_the_quick_start_on_the_presets(mode):
         assert settings.backend == "PRIMO-R1" and settings.effective_tensor_parallel_size("PRIMO-R1") == 1
     else:
         assert settings.backend == "qwen2_5_vl_vllm" and settings.warmup_batch == 64
+
+
+def test_the_vllm_carry_takes_the_gpu_locks_versions():
+    """The carry for the locked vLLM travels what a locked install gets: once it carried openai 2.14,
+    which `vllm serve` 0.26 cannot import (the lock has 3.57, on httpx2), so the chat route was never
+    measured against it."""
+    carry = (ROOT / "scripts" / "gpu" / "prepare_vllm_carry.sh").read_text()
+    deps = shlex.split(re.search(r"^DEPS=\(([^)]*)\)", carry, re.M).group(1).replace("\\\n", " "))
+    lock = ROOT / "requirements" / "gpu.lock"
+    out = subprocess.run(
+        ["python3", str(ROOT / "scripts" / "lock_gpu.py"), "pins", str(lock), "3.12", *deps],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert len(out) == len(deps)
+    locked = dict(line.split("==", 1) for line in lock.read_text().splitlines() if "==" in line and ";" not in line)
+    pinned = dict(item.split("==", 1) for item in out if "==" in item)
+    assert pinned["openai"] == locked["openai"] and pinned["httpx2"] == locked["httpx2"]
+    assert pinned["fastapi"] == locked["fastapi"]  # a range ("fastapi<0.137") takes the lock's pin too
+    assert "av" in pinned  # two lines in the lock, one a Python: 3.12's
+    # every package `vllm serve`'s OpenAI client needs to import travels
+    assert {"openai", "httpx2", "httpcore2", "truststore"} <= set(pinned)

@@ -1,4 +1,4 @@
-"""Tiny runs A, B, C and D through RLinf's own training entry point (train_embodied_agent.py).
+"""Tiny runs A, B, C, D and B3 through RLinf's own training entry point (train_embodied_agent.py).
 
 scripts/run_tiny_experiments.sh runs what a user runs (Hydra composes the run config, Ray starts
 the actor, rollout and env workers, the env workers step the real LIBERO-10 simulator, the runner
@@ -33,18 +33,20 @@ from tests.helpers.tiny_runs import (
     values,
 )
 
+RUNS = ("A", "B", "C", "D", "B3")  # B3: run B's config with a Qwen3-VL judge (the qwen3_vl backend)
+
 
 @pytest.mark.timeout(1200)
-def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
+def test_tiny_runs_a_b_c_d_b3_through_rlinfs_entry_point(tmp_path):
     if not (LIBERO_VENV / "bin" / "python").exists():
         pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
     port = free_port()
-    run_tiny(["--out", str(out), "--port", str(port)], tmp_path, timeout=1140)
+    log = run_tiny(["--out", str(out), "--runs", ",".join(RUNS), "--port", str(port)], tmp_path, timeout=1140)
     assert not processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
     assert not port_open(port), "the reward server outlived the script"
 
-    runs = {run: scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "ABCD"}
+    runs = {run: scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in RUNS}
 
     # Run A: LIBERO's own reward, no judge. A random policy fails both envs of the one group, so
     # the group has no spread and filter_rewards drops it: RLinf trains on no sample.
@@ -54,7 +56,8 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     assert np.all(values(a, "env/return") < FILTER_BOUNDS[0])
     assert np.all(np.isnan(values(a, "rollout/rewards")))
 
-    for run in "BC":  # B judges synchronously (the script's override), C asynchronously: the same checks
+    # B judges synchronously (the script's override), C and B3 asynchronously: the same checks
+    for run in ("B", "C", "B3"):
         s = runs[run]
         scores = values(s, "env/vlm_score")
         assert np.all((scores > 0) & (scores < 1)), scores
@@ -92,19 +95,22 @@ def test_tiny_runs_a_b_c_d_through_rlinfs_entry_point(tmp_path):
     assert points and float(points.group(1)) == TRAIN_STEPS * 2 * 8  # 2 envs a step, 8 points each
 
     assert not (out / "runA" / "reward_server.log").exists()  # no judge in run A
+    # run B3's judge was the Qwen3-VL checkpoint on its own backend, B's the Qwen2.5-VL one
+    assert re.search(r'run B3: .*runB3_qwen3', log) and '"backend":"qwen3_vl"' in log
+    assert "--backend qwen3_vl --model-path" in log and "judge_qwen3" in log
 
     summary = (out / "summary.txt").read_text()
-    groups = re.findall(r"^([ABCD])\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
-    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in "ABCD" for step in range(TRAIN_STEPS)]
+    groups = re.findall(r"^(A|B3|B|C|D)\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
+    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in RUNS for step in range(TRAIN_STEPS)]
     assert sorted(groups) == sorted(expected)
 
     png = out / "compare.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
-    assert {r["run"] for r in rows if r["metric"] == "env/return"} == {"A", "B", "C", "D"}
-    # matplotlib C0, C1, C2, C3: A, B, C, D
-    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)):
+    assert {r["run"] for r in rows if r["metric"] == "env/return"} == set(RUNS)
+    # matplotlib C0 .. C4: A, B, C, D, B3
+    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28), (0x94, 0x67, 0xBD)):
         assert color_pixels(png, color) > 100, color
 
 

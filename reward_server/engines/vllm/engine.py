@@ -61,7 +61,7 @@ from reward_server.engines.vllm.cache_hits import installed as hf_call_skipped
 from reward_server.engines.vllm.curves import CurveMarks, curve_settings, item_ids, run_curve
 from reward_server.engines.vllm.encoder_batching import METHOD as BATCHING_METHOD
 from reward_server.engines.vllm.heap import METHOD as FREEZE_METHOD
-from reward_server.engines.vllm.model_gates import checkpoint_model_type, gate
+from reward_server.engines.vllm.model_gates import checkpoint_model_type, gate, gated_off
 from reward_server.engines.vllm.options import check_supported
 from reward_server.engines.vllm.patches import (
     PROBE_METHOD,
@@ -100,6 +100,7 @@ _WORKER_PATCH = {
     NORM_METHOD: "pixel_norm",
     TIMING_METHOD: "step_timing",
 }
+_PATCH_METHOD = {name: method for method, name in _WORKER_PATCH.items()}
 
 
 def _worker_state(method: str, answers: list) -> tuple[str, str]:
@@ -567,6 +568,7 @@ class VllmEngine(Engine):
         else:
             p.set("pixel_dtype", "dormant", "not used before its check passes")
         # worker patches: decided here when they do not run, by the workers' answers when they do
+        model_type = checkpoint_model_type(self.config.model_path)
         worker = {
             "encoder_batching": (self.encoder_batching(), o.encoder_batching),
             "vision_mlp": (self.vision_mlp_aligned(), o.vision_mlp),
@@ -581,6 +583,8 @@ class VllmEngine(Engine):
                 p.set(name, "off", f"off by default on {device}" if given is None else f"{name}=false")
             elif self._users_extension():
                 p.set(name, "dormant", "worker_extension_cls names the user's own worker extension")
+            elif (off := gated_off(_PATCH_METHOD.get(name, ""), model_type)) is not None:
+                p.set(name, "off", off)
             elif name == "heap":
                 p.set(name, "applied", "frozen once warm (with --freeze-heap)")
         if self._on_gpus_unless(o.pixel_norm) and self._vllm_normalizes() and not self._users_extension():

@@ -41,6 +41,14 @@ def checkpoint_model_type(model_path: str) -> str | None:
         return None
 
 
+def gated_off(method: str, model_type: str | None) -> str | None:
+    """Why the worker patch `method` stays off for this model type (the patch table's reason), or
+    None where it applies."""
+    if applies_to(method, model_type):
+        return None
+    return f"stays off for {model_type}: written and measured for {', '.join(sorted(MODEL_TYPES[method]))} only"
+
+
 def gate(methods: list[str], model_type: str | None) -> list[str]:
     """The methods that apply to this model type; each one left out is logged with why."""
     kept = []
