@@ -96,7 +96,7 @@ def test_tiny_runs_a_b_c_d_b3_through_rlinfs_entry_point(tmp_path):
 
     assert not (out / "runA" / "reward_server.log").exists()  # no judge in run A
     # run B3's judge was the Qwen3-VL checkpoint on its own backend, B's the Qwen2.5-VL one
-    assert re.search(r'run B3: .*runB3_qwen3', log) and '"backend":"qwen3_vl"' in log
+    assert re.search(r"run B3: .*runB3_qwen3", log) and '"backend":"qwen3_vl"' in log
     assert "--backend qwen3_vl --model-path" in log and "judge_qwen3" in log
 
     summary = (out / "summary.txt").read_text()
