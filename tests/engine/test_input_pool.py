@@ -77,7 +77,8 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
         from reward_server.media.decoding import prepare_raw
 
         async def main():
-            settings = cli.parse_settings(["--engine", "vllm", "--model-path", {str(tiny_checkpoint)!r}, "--no-warmup", "--enforce-eager"])
+            flags = ["--engine", "vllm", "--no-warmup", "--enforce-eager"]
+            settings = cli.parse_settings([*flags, "--model-path", {str(tiny_checkpoint)!r}])
             profile = build_profile(settings)
             engine = VllmEngine(engine_config(settings))
             await engine.start()
