@@ -33,7 +33,17 @@ def pytest_addoption(parser) -> None:
 
 def pytest_configure(config) -> None:
     # inherited by every process the tests start, however deep, even once re-parented to init
-    os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+    base = os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is not None and hasattr(config, "workerinput"):
+        # each xdist worker marks its own processes (the other worker's are not its leftovers); the
+        # worker's own /proc environ keeps the base mark, which no worker looks for
+        os.environ[SESSION_MARK] = f"{base.split('-')[0]}-{worker}"
+
+
+def _distributed(config) -> bool:
+    """Whether this process is the controller of xdist workers (which each check their own)."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -81,8 +91,33 @@ def _describe(pid: int) -> str:
         return f"{pid}: (gone)"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: a worker's leftover processes (it stopped them) fail the whole run."""
+    left = getattr(node, "workeroutput", {}).get(LEFTOVER_KEY)
+    if left:
+        node.config.stash.setdefault(_LEFTOVER, []).extend(left)
+
+
+LEFTOVER_KEY = "leftover_processes"
+_LEFTOVER = pytest.StashKey[list]()
+
+
+def _report_leftovers(session, described: list[str]) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = "processes started by the tests were still running at the end (killed now):\n  " + "\n  ".join(described)
+    if reporter is not None:
+        reporter.write_sep("=", "leftover processes", red=True)
+        reporter.write_line(message)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Fail the run if a process started by the tests outlives them (and stop it)."""
+    if _distributed(session.config):
+        if session.config.stash.get(_LEFTOVER, []):
+            _report_leftovers(session, session.config.stash[_LEFTOVER])
+        return
     if not os.path.isdir("/proc") or SESSION_MARK not in os.environ:
         return
     deadline = time.monotonic() + 15  # fixtures just sent SIGTERM; let processes finish exiting
@@ -98,12 +133,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    message = "processes started by the tests were still running at the end (killed now):\n  " + "\n  ".join(described)
-    if reporter is not None:
-        reporter.write_sep("=", "leftover processes", red=True)
-        reporter.write_line(message)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller reports it
+        session.config.workeroutput[LEFTOVER_KEY] = described
+    _report_leftovers(session, described)
 
 
 @pytest.fixture(scope="session")
