@@ -88,7 +88,10 @@ if ! git check-ignore -q "$OUT/c1/PIECE_1"; then  # .gitignore names .vx/; anoth
 fi
 du -sh "$OUT"/c[0-9]* >&2
 log "vLLM $VERSION in $n pieces; device calls, back to back:"
+# another OUT than .vx is a second vLLM beside the first: staged and installed apart (stage_vllm.sh)
+apart=""
+[ "$OUT" = .vx ] || apart="CARRY=$OUT STAGE=/tmp/stage_$VERSION SITE=/tmp/site_$VERSION "
 for i in $(seq 1 "$n"); do
-  if [ "$i" -lt "$n" ]; then echo "  run(carry=[\"$OUT/c$i\"]): bash scripts/gpu/stage_vllm.sh piece"
-  else echo "  run(carry=[\"$OUT/c$i\"]): bash scripts/gpu/stage_vllm.sh piece install && <the measurement>"; fi
+  if [ "$i" -lt "$n" ]; then echo "  run(carry=[\"$OUT/c$i\"]): ${apart}bash scripts/gpu/stage_vllm.sh piece"
+  else echo "  run(carry=[\"$OUT/c$i\"]): ${apart}bash scripts/gpu/stage_vllm.sh piece install && <the measurement>"; fi
 done

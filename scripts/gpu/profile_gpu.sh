@@ -83,17 +83,19 @@ server_up() {  # name, server flags: a server on $URL logging its engine steps t
   # commit's packages, `git archive COMMIT reward_server reward_client | tar x -C DIR`, carried):
   # a code change measured side by side with what it replaces, the client and bench the same
   # (-P: the working directory is not put first on the path, so DIR's packages are the ones found)
-  # then leading NAME=VALUE words are that server's environment (e.g. OMP_NUM_THREADS=1), the client's unchanged
-  local name=$1 flags=$2 code=$PWD env=()
+  # then leading NAME=VALUE words are that server's environment (e.g. OMP_NUM_THREADS=1), the client's unchanged;
+  # VLLM_SITE=DIR runs it on the vLLM installed there (a second version, stage_vllm.sh's SITE)
+  local name=$1 flags=$2 code=$PWD env=() site=/tmp/site
   if [[ $flags =~ ^[[:space:]]*@([^[:space:]]+)(.*)$ ]]; then
     code=$(cd "${BASH_REMATCH[1]}" && pwd) flags=${BASH_REMATCH[2]}
   fi
   while [[ $flags =~ ^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*)(.*)$ ]]; do
     env+=("${BASH_REMATCH[1]}") flags=${BASH_REMATCH[2]}
+    [[ ${env[-1]} == VLLM_SITE=* ]] && site=${env[-1]#VLLM_SITE=}
   done
   rm -f "$RES/${name}_steps.jsonl"
   # shellcheck disable=SC2086  # flag lists
-  env "${env[@]}" PYTHONPATH=/tmp/site:$code python3 -P -m reward_server $COMMON $flags \
+  env "${env[@]}" PYTHONPATH=$site:$code python3 -P -m reward_server $COMMON $flags \
     --engine-option step_log="$RES/${name}_steps.jsonl" --port 18080 >"$RES/$name.server.log" 2>&1 &
   SERVER_PID=$!
   wait_server $URL $SERVER_PID 900 || { tail -20 "$RES/$name.server.log"; return 1; }

@@ -72,3 +72,51 @@ def test_the_vllm_carry_takes_the_gpu_locks_versions():
     assert "av" in pinned  # two lines in the lock, one a Python: 3.12's
     # every package `vllm serve`'s OpenAI client needs to import travels
     assert {"openai", "httpx2", "httpcore2", "truststore"} <= set(pinned)
+
+
+def _stage(tmp_path: Path, carry: str, *steps: str) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CARRY": carry,
+        "STAGE": str(tmp_path / "stage24"),
+        "SITE": str(tmp_path / "site24"),
+    }
+    script = ROOT / "scripts" / "gpu" / "stage_vllm.sh"
+    return subprocess.run(["bash", str(script), *steps], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+
+def test_a_second_vllm_stages_apart_from_the_first(tmp_path):
+    """Two vLLM versions side by side in one lease: the second's pieces (another carry folder) go
+    to their own stage, and its install refuses, naming the missing piece by its own folder, before
+    anything is unpacked over the first version's site."""
+    (tmp_path / ".vy" / "c1").mkdir(parents=True)
+    (tmp_path / ".vy" / "c1" / "PIECE_1").write_text("0.24.0 1 2\n")
+    (tmp_path / ".vy" / "c1" / "vllm.txz.part_00").write_bytes(b"x")
+    (tmp_path / ".vx" / "c1").mkdir(parents=True)  # the first version's piece, not to be taken
+    (tmp_path / ".vx" / "c1" / "PIECE_1").write_text("0.26.0 1 3\n")
+    staged = _stage(tmp_path, ".vy", "piece")
+    assert staged.returncode == 0, staged.stderr
+    assert sorted(p.name for p in (tmp_path / "stage24" / "pieces").iterdir()) == ["PIECE_1", "vllm.txz.part_00"]
+    assert (tmp_path / "stage24" / "pieces" / "PIECE_1").read_text().startswith("0.24.0")
+    refused = _stage(tmp_path, ".vy", "install")
+    assert refused.returncode == 2
+    assert "vLLM 0.24.0's pieces still missing: .vy/c2" in refused.stderr
+    assert not (tmp_path / "site24").exists()
+    none = _stage(tmp_path, ".vz", "piece")
+    assert none.returncode == 2 and "no .vz/cN travelled" in none.stderr
+
+
+def test_a_server_row_names_its_vllm_site(tmp_path):
+    """profile_gpu.sh's rows: the word VLLM_SITE=DIR puts that vLLM first on the server's path (the
+    client's is unchanged); without it the server runs on the first version's site."""
+    text = (ROOT / "scripts" / "gpu" / "profile_gpu.sh").read_text()
+    body = re.search(r"^server_up\(\) \{.*?^\}", text, re.M | re.S).group(0)
+    show_path = "python3 -c 'import os; print(os.environ[\"PYTHONPATH\"])'"
+    probe = (
+        body.replace("wait_server", ": ").replace("python3 -P -m reward_server", show_path)
+        + '\nRES=$1; URL=x; COMMON=""\nserver_up a "VLLM_SITE=/tmp/site24 OMP_NUM_THREADS=1 --x"; wait\n'
+        + 'cat "$RES/a.server.log"\nserver_up b "--x"; wait\ncat "$RES/b.server.log"\n'
+    )
+    out = subprocess.run(["bash", "-c", probe, "probe", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    lines = out.stdout.split()
+    assert lines == [f"/tmp/site24:{ROOT}", f"/tmp/site:{ROOT}"], out.stderr
