@@ -60,13 +60,20 @@ DEPS=(msgspec pyzmq blake3 cbor2 pybase64 setproctitle compressed-tensors==0.17.
       apache-tvm-ffi==0.1.15.post2 lm-format-enforcer==0.11.3 interegular prometheus-fastapi-instrumentator
       "fastapi<0.137" starlette openai==2.14.0 distro jiter sniffio cachetools opentelemetry-api opentelemetry-sdk
       opentelemetry-semantic-conventions opentelemetry-semantic-conventions-ai uvicorn python-multipart
-      av httptools orjson loguru httpx2 httpcore2 truststore idna anyio)
+      av httptools orjson loguru httpx2 httpcore2 truststore idna anyio
+      model-hosting-container-standards jmespath supervisor)
 # at the GPU lock's versions where it names them, for the vLLM it locks (a locked install's set:
 # the openai client vLLM's own `vllm serve` imports, 3.x on httpx2, did not travel before)
 if [ "$VERSION" = "$(sed -n 's/^vllm==//p' requirements/gpu.lock)" ]; then
   mapfile -t DEPS < <(python3 scripts/lock_gpu.py pins requirements/gpu.lock 3.12 "${DEPS[@]}")
 fi
 "${PIPDL[@]}" -d "$W/parts" "${DEPS[@]}"
+# `vllm serve` (the chat route's comparison) imports more than the engine that ran there: whatever of
+# that no wheel here provides would stop it on the device, after the staging calls were spent
+if ! python3 scripts/gpu/carry_imports.py "$W/x" "$W/parts"; then
+  [ "$VERSION" != "$(sed -n 's/^vllm==//p' requirements/gpu.lock)" ] || { log "add those to DEPS"; exit 1; }
+  log "vllm serve $VERSION would not start from this carry (the server's engine would)"
+fi
 
 # first fit, largest first: as few pieces as the room allows
 rm -rf "$OUT"/c[0-9]*; mkdir -p "$OUT"
