@@ -91,16 +91,16 @@ def _describe(pid: int) -> str:
         return f"{pid}: (gone)"
 
 
+LEFTOVER_KEY = "leftover_processes"
+_LEFTOVER = pytest.StashKey[list]()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """xdist's controller: a worker's leftover processes (it stopped them) fail the whole run."""
     left = getattr(node, "workeroutput", {}).get(LEFTOVER_KEY)
     if left:
         node.config.stash.setdefault(_LEFTOVER, []).extend(left)
-
-
-LEFTOVER_KEY = "leftover_processes"
-_LEFTOVER = pytest.StashKey[list]()
 
 
 def _report_leftovers(session, described: list[str]) -> None:

@@ -64,14 +64,15 @@ DEPS=(msgspec pyzmq blake3 cbor2 pybase64 setproctitle compressed-tensors==0.17.
       model-hosting-container-standards jmespath supervisor)
 # at the GPU lock's versions where it names them, for the vLLM it locks (a locked install's set:
 # the openai client vLLM's own `vllm serve` imports, 3.x on httpx2, did not travel before)
-if [ "$VERSION" = "$(sed -n 's/^vllm==//p' requirements/gpu.lock)" ]; then
+LOCKED=$(sed -n 's/^vllm==//p' requirements/gpu.lock)
+if [ "$VERSION" = "$LOCKED" ]; then
   mapfile -t DEPS < <(python3 scripts/lock_gpu.py pins requirements/gpu.lock 3.12 "${DEPS[@]}")
 fi
 "${PIPDL[@]}" -d "$W/parts" "${DEPS[@]}"
 # `vllm serve` (the chat route's comparison) imports more than the engine that ran there: whatever of
 # that no wheel here provides would stop it on the device, after the staging calls were spent
 if ! python3 scripts/gpu/carry_imports.py "$W/x" "$W/parts"; then
-  [ "$VERSION" != "$(sed -n 's/^vllm==//p' requirements/gpu.lock)" ] || { log "add those to DEPS"; exit 1; }
+  [ "$VERSION" != "$LOCKED" ] || { log "add those to DEPS"; exit 1; }
   log "vllm serve $VERSION would not start from this carry (the server's engine would)"
 fi
 

@@ -5,8 +5,6 @@ ran on the lent machines) and no carried wheel provides. vLLM 0.26's api_server 
 from __future__ import annotations
 
 import importlib.util
-import re
-import shlex
 import subprocess
 import sys
 import zipfile
@@ -80,8 +78,7 @@ def test_carrying_the_wheel_closes_the_gap_and_the_script_says_so(tmp_path):
     assert subprocess.run(run, capture_output=True, text=True).returncode == 0
 
 
-def test_the_carry_recipe_brings_what_vllm_serve_0_26_imports():
+def test_every_carry_is_checked_when_it_is_made():
+    # what the recipe carries for vllm serve 0.26: test_measure_issue57's test of the carry's pins
     carry = (ROOT / "scripts" / "gpu" / "prepare_vllm_carry.sh").read_text()
-    deps = shlex.split(re.search(r"^DEPS=\(([^)]*)\)", carry, re.M).group(1).replace("\\\n", " "))
-    assert {"model-hosting-container-standards", "jmespath"} <= set(deps)
-    assert "scripts/gpu/carry_imports.py" in carry  # checked whenever a carry is made
+    assert "scripts/gpu/carry_imports.py" in carry

@@ -72,6 +72,8 @@ def test_the_vllm_carry_takes_the_gpu_locks_versions():
     assert "av" in pinned  # two lines in the lock, one a Python: 3.12's
     # every package `vllm serve`'s OpenAI client needs to import travels
     assert {"openai", "httpx2", "httpcore2", "truststore"} <= set(pinned)
+    # and what `vllm serve` 0.26's api_server imports beyond the engine (scripts/gpu/carry_imports.py)
+    assert {"model-hosting-container-standards", "jmespath"} <= set(pinned)
 
 
 def _stage(tmp_path: Path, carry: str, *steps: str) -> subprocess.CompletedProcess:
