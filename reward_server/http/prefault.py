@@ -14,10 +14,11 @@ bytes received so far, and at most `AHEAD_BYTES` (a client that sent one byte ho
 one that sent 1 MiB at most 2 MiB). Where the call is missing or refused, nothing is faulted ahead
 and the event loop takes the faults itself, as before.
 
-The same thread unmaps a body once its request is answered (`unmap_soon`): giving 192 MiB of pages
-back to the kernel took the thread that does it 37-41 ms on an H200 host, which on the event loop
-(where the last reference usually drops) would hold up the answer and the next body. Queued behind
-the faults asked for that buffer, the unmapping never pulls pages from under a running `madvise`.
+The same thread unmaps a body once its request is answered (`unmap_soon`), so the unmapping of a
+192 MiB batch body is not the event loop's: where the cycle collector used to free it, the collection
+held the event loop 26 ms a run on an H200 host, 3.7 ms once bodies were unmapped here
+(docs/bench/h200_2026-12-02_versions). Queued behind the faults asked for that buffer, the
+unmapping never pulls pages from under a running `madvise`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A raw batch's body goes back to the kernel when its answer is sent, not at the next run of the
 cycle collector: the hook's 192 MiB batch stayed mapped until a collection, which unmapped it on
-the event loop (37-41 ms a batch on an H200 host, stalling the next batch's bodies and inputs).
+the event loop (26 ms a collection on an H200 host, 3.7 ms without it).
 Fast tier: the real app in this process on the fake engine, the real client, Python's collector off."""
 
 from __future__ import annotations

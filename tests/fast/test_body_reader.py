@@ -6,8 +6,10 @@ pages just ahead of it (prefault.py). Fast tier: real asyncio, real mappings, no
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from reward_server.http import prefault
 from reward_server.http.body import BodyLimits, BodyReader
 from reward_server.request_errors import ClientGone
+from tests.helpers.memory import collector_off
 
 LIMITS = BodyLimits(max_bytes=1 << 30, idle_timeout_s=5, min_rate=1, total_s=30)
 KIB = 1024
@@ -157,12 +160,7 @@ def test_a_closed_body_is_unmapped_at_once_without_the_cycle_collector(ending):
     """Once its request is answered (or its client left mid-body), a body's mapping goes back to the
     kernel when the reader closes, with Python's collector off: the reader's task ends by raising,
     and that exception's traceback once held the reader, so every 192 MiB batch body stayed mapped
-    until a collection, which then unmapped it on the event loop (~40 ms on an H200 host)."""
-    import gc
-    import weakref
-
-    from tests.helpers.memory import collector_off
-
+    until a collection, which then unmapped it on the event loop."""
     size = 8 * 1024 * KIB
 
     async def scenario():
@@ -196,7 +194,8 @@ def test_a_closed_body_is_unmapped_at_once_without_the_cycle_collector(ending):
 
 def test_a_body_still_viewed_stays_mapped_until_its_last_view_goes():
     """An episode cancelled mid-way may still hold its frames (views into the body) when the reader
-    closes: the mapping stays, its bytes intact, and goes with the last view."""
+    closes: the mapping stays and its bytes stay readable (unmapped under the view, reading it would
+    crash the server)."""
     size = 1024 * KIB
 
     async def scenario():
@@ -211,4 +210,3 @@ def test_a_body_still_viewed_stays_mapped_until_its_last_view_goes():
     view = asyncio.run(scenario())
     time.sleep(0.2)  # the helper thread's unmapping, refused while viewed
     assert view[:4].tolist() == [0, 1, 2, 3] and int(view[-1]) == 255
-    del view
