@@ -192,14 +192,16 @@ if [[ ,$runs, == *,B3,* ]]; then
 fi
 [ -n "$port" ] || port=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 
-# Ray's own directory, so RLinf's ray.init(address="auto") never joins another Ray on this host;
-# short, because Ray's socket paths must fit in 107 characters.
+# A Ray of the runs' own: RLinf's driver calls ray.init(address="auto"), which joins any Ray
+# already running on this host (Ray finds their GCS processes, whatever their directory);
+# RAY_ADDRESS=local makes it start one, in its own directory (short: Ray's socket paths must fit
+# in 107 characters). Two tiny runs at once, or one beside another Ray, stay apart.
 ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tiny-ray.XXXXXX")
 trap 'rm -rf "$ray_tmp"' EXIT
 
 log "runs $runs -> $out"
 status=0
-RLINF_PYTHON="$LIBERO_PY" RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
+RLINF_PYTHON="$LIBERO_PY" RAY_ADDRESS=local RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600} HEALTH_TIMEOUT_S=300 \
   LIBERO_CONFIG_PATH="$VENV/libero_config" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 \
   REWARD_SERVER_FLAGS="--engine hf --config $ROOT/configs/server/cpu_tiny.yaml" PRIMO_BACKEND=qwen2_5_vl_vllm \
   bash "$ROOT/scripts/run_experiments.sh" "$tree" --env "$env_name" "${suite[@]}" --runs "$runs" --qwen-model "$judge" --primo-model "$judge" "${qwen3[@]}" \
