@@ -351,7 +351,10 @@ def test_live_audit_and_canaries_on_the_real_simulator(libero_python, rlinf_tree
     flags = ("--epochs", "1", "--audit", "False", "--canary-fraction", "1.0", "--canary-tasks", OTHER_TASK)
     off = _audit_run(libero_python, rlinf_trees, hf_server, tmp_path / "off.json", *flags)
     assert not any(k.startswith("vlm_audit") for k in off["epochs"][0]["episode"])
-    assert off["epochs"][0]["rewards"] == on["epochs"][0]["rewards"]  # identical, to the bit
+    # alike to the float's last bits: the transformers engine batches the requests that arrive
+    # together, and a busy machine changes which do (one reward moved by 1e-7 with a second test
+    # running beside this one); a request the audit had changed would move it by far more
+    assert off["epochs"][0]["rewards"] == [pytest.approx(r, rel=1e-6, abs=1e-7) for r in on["epochs"][0]["rewards"]]
 
 
 def _holds(run: dict, epoch: int, env: int, item: dict) -> bool:
