@@ -15,7 +15,7 @@ import sys
 import httpx
 
 from reward_server.engines.vllm.patches import PATCHES, V2_ENV
-from tests.helpers.scripts import repo_env
+from tests.helpers.scripts import failure_text, repo_env
 from tests.helpers.servers import start_server
 
 NUMBERS = ["--dtype", "bfloat16", "--engine-option", "pixel_norm=true", "--engine-option", "pixel_dtype=true"]
@@ -48,7 +48,7 @@ def run_child(path, script: str, checkpoint) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, str(path), str(checkpoint)], capture_output=True, text=True, timeout=600, env=repo_env()
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     return done
 
 
@@ -63,11 +63,15 @@ from reward_server.engines.vllm.pixel_norm import METHOD as NORM_METHOD
 
 
 class WrongConstants(VllmEngine):
-    # the workers normalize with the wrong divisor: what a vLLM whose tower's input layout changed
-    # would compute, while the CPU-side comparison with the processor still passes
+    # the workers normalize with the channels' constants in reverse order: what a vLLM whose tower
+    # took its patches in another channel layout would compute, while the CPU-side comparison with
+    # the processor still passes. (A wrong scale alone, such as half the divisor, is no test: the
+    # tower's patch embedding is linear and RMS norms follow, so on this checkpoint it moved the
+    # probe's log-probabilities by 5e-5, under the tolerance; the reversed channels move them by
+    # 0.02-0.07 and change the top tokens.)
     def worker_calls(self):
         calls = super().worker_calls()
-        return [(m, (a[0], [d / 2 for d in a[1]]) if m == NORM_METHOD else a) for m, a in calls]
+        return [(m, (a[0][::-1], a[1][::-1]) if m == NORM_METHOD else a) for m, a in calls]
 
 
 async def main():

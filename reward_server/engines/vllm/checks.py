@@ -9,8 +9,8 @@ serves one from the other). A patch passes when the same first token comes out a
 reference's top log-probabilities is within LOGPROB_TOLERANCE; otherwise it is turned off with a
 warning, and so is a patch whose check could not run. The same inputs give the same numbers on one
 device, so the tolerance only absorbs kernels that sum in another order; a wrong normalization or a
-lossy cast moves them by more (tests/engine/test_patch_checks.py: wrong constants on a random-weight
-checkpoint).
+lossy cast moves them by more (tests/engine/test_patch_registry.py: constants in the wrong channel
+order on a random-weight checkpoint).
 """
 
 from __future__ import annotations
