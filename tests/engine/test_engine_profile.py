@@ -12,6 +12,7 @@ import sys
 
 import httpx
 
+from tests.helpers.scripts import failure_text
 from tests.helpers.servers import CPU_PRESET
 
 
@@ -26,7 +27,7 @@ def test_bench_trace_writes_the_engines_trace_of_one_more_batch(tiny_checkpoint,
         timeout=900,
         cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, failure_text(proc.stderr)
     (row,) = json.loads(out.read_text())["results"]  # bench.json, written in its working directory
     assert row["errors"] == 0 and row["traced"]["errors"] == 0 and row["traced"]["wall_s"] > 0
     files = [p for p in traces.rglob("*") if p.name.endswith(".json.gz")]

@@ -14,6 +14,7 @@ import pytest
 
 from reward_tools.launch import free_port
 from tests.helpers.rlinf import stand_in_tree
+from tests.helpers.scripts import failure_text
 from tests.helpers.servers import CPU_PRESET
 from tests.helpers.tiny_runs import port_open
 
@@ -53,7 +54,7 @@ def test_runs_a_b_c_each_with_its_server_then_compare(rlinf_tree, tiny_checkpoin
     port = free_port()
     out = tmp_path / "exp"
     result = _run_experiments(rlinf_tree, out, tiny_checkpoint, port)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, failure_text(result.stderr)
     assert not port_open(port)  # every server stopped
     seen = {}
     for run in "ABC":

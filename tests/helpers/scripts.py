@@ -25,3 +25,24 @@ def run_tool(module: str, *args: str, timeout: float = 600) -> subprocess.Comple
         timeout=timeout,
         env=repo_env(),
     )
+
+
+def failure_text(stderr: str, tail: int = 3000, context: int = 30) -> str:
+    """What a failed child printed, for an assertion message: the first error it logged, then the
+    end of its stderr. vLLM's frontend ends on "Engine core initialization failed. See root cause
+    above": the cause is the engine core's traceback, printed well before that end, which a tail
+    alone cuts off. No error logged before the tail (a child killed by a signal logs none): the tail."""
+    lines = stderr.splitlines()
+    start = len(stderr) - tail
+    offset, first = 0, None
+    for i, line in enumerate(lines):
+        if offset >= start:
+            break
+        if "Traceback (most recent call last)" in line or " ERROR " in line:
+            first = i
+            break
+        offset += len(line) + 1
+    end = stderr[-tail:]
+    if first is None:
+        return end
+    return "\n".join(["first error:", *lines[first : first + context], "...", "end:", end])
