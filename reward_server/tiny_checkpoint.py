@@ -69,7 +69,7 @@ QWEN3_VL_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(_DEFAULT_SYSTEM, "")
 SMOKE_SETTINGS = {
     "dtype": "float32",
     "gpu_memory_utilization": 0.1,
-    "cpu_kv_cache_gib": 1,
+    "cpu_kv_cache_gib": 0.25,
     "max_model_len": 4096,
     "enforce_eager": True,
     "max_tokens": 32,

