@@ -11,13 +11,20 @@ from reward_server.bootstrap import engine_config
 FLAGS = ["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--compile-mm-encoder", "--cudagraph-mm-encoder"]
 
 
+def kwargs(*argv: str) -> dict:
+    """The vLLM engine arguments the server's flags give (vLLM imported, no model loaded)."""
+    from reward_server.engines.vllm.engine import VllmEngine
+
+    return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
+
+
 def test_the_installed_vllm_is_asked_what_it_supports():
     from reward_server.engines.vllm.engine import VllmEngine
     from reward_server.engines.vllm.options import UnsupportedByVllm
 
-    kwargs = VllmEngine(engine_config(cli.parse_settings([*FLAGS, "--model-path", "/m"]))).engine_kwargs()
-    assert kwargs["quantization"] == "fp8" and kwargs["kv_cache_dtype"] == "fp8"
-    compilation = kwargs["compilation_config"]
+    args = kwargs(*FLAGS)
+    assert args["quantization"] == "fp8" and args["kv_cache_dtype"] == "fp8"
+    compilation = args["compilation_config"]
     assert compilation["compile_mm_encoder"] and compilation["cudagraph_mm_encoder"]
     # the graphs' sizes for the server's episode are ones the installed vLLM takes
     from vllm.config import CompilationConfig
@@ -54,10 +61,7 @@ def test_processor_cache_size_and_drain_time_reach_vllm():
     """--mm-processor-cache-gb sizes vLLM's processor cache (default 0.5 GiB on CPU, was 1: it only
     serves one curve's points); --shutdown-timeout-s becomes the engine core's shutdown_timeout, so a
     SIGTERM to the process group lets it finish what it holds (vLLM's default 0 aborts it all)."""
-    from reward_server.engines.vllm.engine import CPU_PROCESSOR_CACHE_GB, VllmEngine
-
-    def kwargs(*argv: str) -> dict:
-        return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
+    from reward_server.engines.vllm.engine import CPU_PROCESSOR_CACHE_GB
 
     default = kwargs()
     assert default["mm_processor_cache_gb"] == CPU_PROCESSOR_CACHE_GB == 0.5
@@ -79,11 +83,6 @@ def test_a_cpu_kv_cache_of_a_fraction_of_a_gib_reaches_vllm_in_bytes():
     import dataclasses
 
     from vllm.engine.arg_utils import AsyncEngineArgs
-
-    from reward_server.engines.vllm.engine import VllmEngine
-
-    def kwargs(*argv: str) -> dict:
-        return VllmEngine(engine_config(cli.parse_settings([*argv, "--model-path", "/m"]))).engine_kwargs()
 
     assert "kv_cache_memory_bytes" in {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     assert kwargs("--cpu-kv-cache-gib", "0.25")["kv_cache_memory_bytes"] == 2**28

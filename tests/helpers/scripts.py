@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,17 +33,13 @@ def failure_text(stderr: str, tail: int = 3000, context: int = 30) -> str:
     end of its stderr. vLLM's frontend ends on "Engine core initialization failed. See root cause
     above": the cause is the engine core's traceback, printed well before that end, which a tail
     alone cuts off. No error logged before the tail (a child killed by a signal logs none): the tail."""
-    lines = stderr.splitlines()
-    start = len(stderr) - tail
-    offset, first = 0, None
-    for i, line in enumerate(lines):
-        if offset >= start:
-            break
-        if "Traceback (most recent call last)" in line or " ERROR " in line:
-            first = i
-            break
-        offset += len(line) + 1
     end = stderr[-tail:]
-    if first is None:
+    first = _FIRST_ERROR.search(stderr)
+    if first is None or first.start() >= len(stderr) - tail:
         return end
-    return "\n".join(["first error:", *lines[first : first + context], "...", "end:", end])
+    line_start = stderr.rfind("\n", 0, first.start()) + 1
+    lines = stderr[line_start:].splitlines()[:context]
+    return "\n".join(["first error:", *lines, "...", "end:", end])
+
+
+_FIRST_ERROR = re.compile(r"Traceback \(most recent call last\)| ERROR ")
