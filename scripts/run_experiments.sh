@@ -15,8 +15,10 @@
 # (apply_rlinf_patches.sh --which); both versions' configs have the same names.
 #
 # For run B, C and D it starts the matching reward server on --reward-gpus (kept apart from
-# RLinf's placement, GPUs 0-3 in the LIBERO run configs), waits for /health, runs
-# `examples/embodiment/run_embodiment.sh <config>`, and stops the server whatever happened.
+# RLinf's placement, GPUs 0-3 in the LIBERO run configs), runs
+# `examples/embodiment/run_embodiment.sh <config>` while the server loads (RLinf's reward client
+# waits for it), stops the run if the server exits or is not healthy within HEALTH_TIMEOUT_S
+# (default 1800), and stops the server whatever happened.
 # Every run keeps its own reward-server log and RLinf console log under --out; RLinf's own
 # logs (TensorBoard) go to RLINF_DIR/logs/<timestamp>-<config> as usual, and the path is
 # recorded in --out/<run>/log_path, the server's /metrics at the end of the run in
@@ -31,6 +33,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+exec 3>&2  # the script's own stderr, for what it says while a run's output goes to its console log
 die() { echo "run_experiments: $*" >&2; exit 1; }
 log() { echo "[run_experiments] $*" >&2; }
 
@@ -74,6 +77,9 @@ out=$(cd "$out" && pwd)
 
 server_pid=""
 server_metrics=""
+server_log=""
+server_deadline=0
+server_healthy=0
 rlinf_sid=""
 stop_server() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
@@ -96,20 +102,29 @@ cleanup() { stop_rlinf; stop_server; }
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
+# The server loads while RLinf starts (Ray, its workers, the simulator): RLinf's reward client
+# waits for /health (reward_model.wait_ready_s) before its first episode ends. watch_server stops
+# the run if the server exits or is not healthy within HEALTH_TIMEOUT_S.
 start_server() {  # backend model logfile
   log "starting reward server: --backend $1 --model-path $2 --gpu-ids $reward_gpus --port $port ${REWARD_SERVER_FLAGS:-}"
   # shellcheck disable=SC2086  # REWARD_SERVER_FLAGS is a list of flags
   setsid "$PY" -m reward_server --backend "$1" --model-path "$2" --gpu-ids "$reward_gpus" \
-    --port "$port" ${REWARD_SERVER_FLAGS:-} >"$3" 2>&1 &
+    --port "$port" ${REWARD_SERVER_FLAGS:-} >"$3" 2>&1 3>&- &
   server_pid=$!
   server_metrics="$run_out/server_metrics.txt"
-  local deadline=$((SECONDS + health_timeout))
-  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
-    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$3" >&2; die "reward server exited during startup (log: $3)"; }
-    [ $SECONDS -lt $deadline ] || { stop_server; die "reward server not healthy after ${health_timeout}s (log: $3)"; }
-    sleep 2
-  done
-  log "reward server healthy: $(curl -s "http://127.0.0.1:$port/health")"
+  server_log=$3
+  server_deadline=$((SECONDS + health_timeout))
+  server_healthy=0
+}
+watch_server() {  # once per poll while RLinf runs, until the server is healthy
+  [ -n "$server_pid" ] && [ "$server_healthy" = 0 ] || return 0
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
+    server_healthy=1
+    log "reward server healthy: $(curl -s "http://127.0.0.1:$port/health")"
+    return 0
+  fi
+  kill -0 "$server_pid" 2>/dev/null || { tail -20 "$server_log" >&2; die "reward server exited during startup (log: $server_log)"; }
+  [ $SECONDS -lt "$server_deadline" ] || die "reward server not healthy after ${health_timeout}s (log: $server_log)"
 }
 
 run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are overrides
@@ -122,7 +137,8 @@ run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are
     fi
   done
   if [ ${#mine[@]} -eq 0 ]; then
-    (cd "$RLINF_DIR" && bash examples/embodiment/run_embodiment.sh "$2")
+    (cd "$RLINF_DIR" && exec setsid bash examples/embodiment/run_embodiment.sh "$2") 3>&- &
+    await_rlinf
     return
   fi
   local extra=()
@@ -142,8 +158,15 @@ run_rlinf() {  # run config: RLinf's launcher, or its entry point when there are
     exec setsid "${timeout[@]}" "${RLINF_PYTHON:-python}" "$embodied/train_embodied_agent.py" \
       --config-path "$embodied/config/" --config-name "$2" runner.logger.log_path="$log_dir" \
       "${mine[@]}" "${extra[@]}"
-  ) &
+  ) 3>&- &
+  await_rlinf
+}
+await_rlinf() {  # the RLinf just started in the background, in a session of its own
   rlinf_sid=$!
+  while kill -0 "$rlinf_sid" 2>/dev/null; do
+    watch_server 2>&3
+    sleep 1
+  done
   local rc=0
   wait "$rlinf_sid" || rc=$?
   stop_rlinf

@@ -17,7 +17,8 @@
 # --qwen3-judge-model serves another.
 # Run D (PPO on the judge's progress curves, dense rewards) gets TINY_D besides: a value head on
 # the mlp_policy, one env per group, one PPO epoch.
-# scripts/run_experiments.sh starts, health-checks and stops the server for B, C and D, as at full size.
+# scripts/run_experiments.sh starts the server for B, C and D beside RLinf, watches it until
+# healthy and stops it, as at full size.
 # --env maniskill runs the ManiSkill configs (RLinf's PPO with its MLP policy on PickCube-v1) made
 # small by TINY_MANISKILL: one env (ManiSkill's CPU physics runs one per env object), 16 steps,
 # 56x56 frames, 2 training steps; without CUDA on CPU physics, rendering on Mesa's lavapipe

@@ -8,6 +8,7 @@ import csv
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,26 @@ from tests.helpers.tiny_runs import port_open
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _working_in(tree: Path) -> list[int]:
+    """Processes whose working directory is in the RLinf tree (the launcher runs there)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")).is_relative_to(tree):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture()
 def rlinf_tree(tmp_path) -> Path:
     return stand_in_tree(tmp_path / "rlinf")
 
 
-def _run_experiments(tree: Path, out: Path, checkpoint: str, port: int, **env) -> subprocess.CompletedProcess:
+def _run_experiments(
+    tree: Path, out: Path, checkpoint: str, port: int, *args: str, **env
+) -> subprocess.CompletedProcess:
     environ = {
         **os.environ,
         "REWARD_SERVER_FLAGS": f"--config {CPU_PRESET} --engine hf",
@@ -46,6 +61,7 @@ def _run_experiments(tree: Path, out: Path, checkpoint: str, port: int, **env) -
         str(port),
         "--out",
         str(out),
+        *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=900)
 
@@ -101,4 +117,17 @@ def test_server_is_stopped_when_a_run_fails(rlinf_tree, tiny_checkpoint, tmp_pat
     )
     assert result.returncode == 1
     assert "run B FAILED" in result.stderr
+    assert not port_open(port)
+
+
+def test_a_server_that_cannot_start_stops_the_run_beside_it(rlinf_tree, tmp_path):
+    """RLinf starts while the server loads; its reward client would wait for /health for minutes
+    (the stand-in: 120 s), so the script itself stops the run once the server has exited."""
+    port = free_port()
+    started = time.monotonic()
+    result = _run_experiments(rlinf_tree, tmp_path / "exp", str(tmp_path / "no-such-checkpoint"), port, "--runs", "B")
+    assert result.returncode == 1
+    assert "reward server exited during startup" in result.stderr, result.stderr[-3000:]
+    assert time.monotonic() - started < 100  # not the stand-in's 120 s wait for a server that is gone
+    assert not _working_in(rlinf_tree), "the run outlived the script"
     assert not port_open(port)

@@ -105,7 +105,15 @@ STAND_IN_LAUNCHER = textwrap.dedent(
     config=$1
     log_dir="logs/$(date +%Y%m%d-%H%M%S%N)-$config"
     mkdir -p "$log_dir"
-    health=$(curl -s "http://127.0.0.1:$REWARD_PORT/health" || echo none)
+    # the judged runs' reward client waits for the server (reward_model.wait_ready_s), which loads
+    # while RLinf starts; run A has none
+    health=none
+    case "$config" in *_runA) ;; *)
+      for _ in $(seq 1 240); do
+        health=$(curl -sf "http://127.0.0.1:$REWARD_PORT/health") && break
+        health=none; sleep 0.5
+      done ;;
+    esac
     echo "$health" > "$log_dir/reward_health.json"
     [ "${FAIL_CONFIG:-}" = "$config" ] && { echo "training crashed" >&2; exit 1; }
     python - "$log_dir" "$config" <<'PY'
