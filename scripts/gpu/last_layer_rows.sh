@@ -11,6 +11,9 @@
 # starts it (SERVER_BASE), REPEATS (5) each, AB_ROUNDS (1), and each row's logprob scores of the same
 # 64 episodes (FIDELITY_GEN=0) compared with the first row's. ROWS (base,rows): the rows in order, each
 # named base... (this tree) or rows... (with the plugin), e.g. ROWS=rows2,base2 for a second round.
+# Each row compiles into a torch.compile cache of its own (VLLM_CACHE_ROOT by row name): vLLM's cache
+# key does not see the plugin, so a base row found the rows row's graph, with the plugin's op in it,
+# and its engine could not start (H100, 2026-12-07, docs/bench/h100_2026-12-07_last_rows/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tree=${TREE:-/tmp/last_rows_tree}
@@ -22,7 +25,7 @@ case "${1:-ab}" in
     rows=""
     IFS=, read -r -a order <<<"${ROWS:-base,rows}"
     for row in "${order[@]}"; do
-      case "$row" in base*) rows+="$row=;" ;; rows*) rows+="$row=@$tree;" ;; *) echo "unknown row $row" >&2; exit 2 ;; esac
+      case "$row" in base*) rows+="$row=VLLM_CACHE_ROOT=/tmp/vllm_cache_$row;" ;; rows*) rows+="$row=@$tree VLLM_CACHE_ROOT=/tmp/vllm_cache_$row;" ;; *) echo "unknown row $row" >&2; exit 2 ;; esac
     done
     rows=${rows%;}
     SERVER_BASE=${SERVER_BASE:-"--config configs/server/qwen2_5_vl_7b.yaml --model-path /tmp/ckpt7b --gpu-ids 0"} \

@@ -117,7 +117,9 @@ def register() -> None:
         o_proj = last.self_attn.o_proj
         o_proj.reward_forward = o_proj.forward
         o_proj.forward = types.MethodType(_passthrough, o_proj)
-        last.reward_key = f"layer{id(last)}"
+        # a stable key: it is a constant in the compiled graph, which vLLM caches on disk and a later
+        # engine loads (an object id there named a layer of an earlier process: KeyError at start)
+        last.reward_key = f"layer{self.end_layer - 1}"
         _LAYERS[last.reward_key] = last
         last.forward = types.MethodType(_last_layer_forward, last)
         _patch_runner()  # the model is built in the worker only: the runner is patched there
