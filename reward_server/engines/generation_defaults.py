@@ -12,16 +12,15 @@ The vLLM engine asks vLLM itself (its model config's `get_diff_sampling_param`, 
 honours `--engine-option generation_config=vllm` and `override_generation_config`); the other
 engines read the checkpoint here with transformers' `GenerationConfig`, the reader vLLM uses.
 
-Checked at start, one rule for every engine (check_checkpoint before the engine loads, then
-checked_defaults on what the engine will apply): each default must be a value a chat request may
-send for that field (reward_protocol.chat's bounds, which are vLLM's). One that is not (a
-temperature of -1, a top_p of 7, a string) refuses the start, naming the file, the field and what
-is allowed: served, vLLM answered 500 naming no field on every chat request that left the field
-unset, and transformers sampled greedily without a word. A generation_config.json that cannot be
-read as JSON (empty, a syntax error) is a warning naming the file; its settings are then not
-applied (config.json's generation settings are, else the neutral values, as `vllm serve` does).
-JSON that is not an object is refused (vLLM cannot start on it).
-"""
+Checked at start, one rule for every engine (check_checkpoint, and check_overrides on the engine's
+own overrides, before the engine loads; then checked_defaults on what it will apply): each default
+must be a value a chat request may send for that field (reward_protocol.chat's bounds, which are
+vLLM's). One that is not (a temperature of -1, a top_p of 7, a string) refuses the start, naming
+the file, the field and what is allowed: served, vLLM answered 500 naming no field on every chat
+request that left the field unset, and transformers sampled greedily without a word. A
+generation_config.json that cannot be read as JSON (empty, a syntax error) is a warning naming the
+file; its settings are then not applied (config.json's generation settings are, else the neutral
+values, as `vllm serve` does). JSON that is not an object is refused (vLLM cannot start on it)."""
 
 from __future__ import annotations
 
@@ -152,6 +151,17 @@ def check_checkpoint(model_path: str) -> None:
     if config is not None:
         present = {name: config[name] for name in SAMPLING_FIELDS if config.get(name) is not None}
         checked_defaults(present, str(Path(model_path) / GENERATION_CONFIG))
+
+
+def check_overrides(overrides: Any, source: str) -> None:
+    """Before the engine loads: the sampling fields an engine option overrides (vLLM's
+    `override_generation_config`, a JSON object) within what a request may send, else refused.
+    The same rule as the checkpoint's file, known before a model of minutes loads; what the
+    engine applies is checked again once loaded (its `sampling_defaults`). Anything else it is
+    given (not an object) is the engine's to refuse."""
+    if isinstance(overrides, dict):
+        present = {name: overrides[name] for name in SAMPLING_FIELDS if overrides.get(name) is not None}
+        checked_defaults(present, source)
 
 
 def from_generation_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,7 @@ def test_vllm_refuses_a_bad_default_at_start_and_warns_of_an_unreadable_file(tin
         server.stop()
     log = (tmp_path / "empty.log").read_text(errors="replace")
     assert f"{empty / 'generation_config.json'} cannot be read as JSON" in log, log[-3000:]
-    # vLLM's own overrides pass the same rule, after its load
+    # vLLM's own overrides pass the same rule, before it builds an engine (no model load wasted)
     log = refused(empty, tmp_path / "override.log", "--engine-option", 'override_generation_config={"top_p": 7}')
-    assert "sets top_p 7 (allowed: a number in (0, 1])" in log, log[-3000:]
+    assert "override_generation_config sets top_p 7 (allowed: a number in (0, 1])" in log, log[-3000:]
+    assert "vLLM engine arguments" not in log, log[-3000:]

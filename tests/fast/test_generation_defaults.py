@@ -13,7 +13,12 @@ import logging
 
 import pytest
 
-from reward_server.engines.generation_defaults import InvalidGenerationConfig, allowed, checked_defaults
+from reward_server.engines.generation_defaults import (
+    InvalidGenerationConfig,
+    allowed,
+    check_overrides,
+    checked_defaults,
+)
 from tests.helpers.servers import CHAT, InProcessServer, chat_body, get, post
 
 
@@ -43,6 +48,16 @@ def test_defaults_a_request_could_send_pass_as_they_are():
     good = {"temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0.05, "max_tokens": 3, "repetition_penalty": 1.05}
     assert checked_defaults(dict(good), "x") == good
     assert allowed("presence_penalty") == "a number in [-2, 2]"
+
+
+def test_an_engine_override_is_held_to_the_same_rule_and_other_keys_pass():
+    source = "--engine-option override_generation_config"
+    with pytest.raises(InvalidGenerationConfig) as exc:
+        check_overrides({"top_p": 7, "temperature": 0.5, "seed": "x"}, source)
+    assert str(exc.value).startswith(f"{source} sets top_p 7 (allowed: a number in (0, 1])"), str(exc.value)
+    check_overrides({"temperature": 0.2, "top_p": None, "seed": "x"}, source)  # null keeps the neutral value
+    check_overrides(None, source)  # no override given
+    check_overrides("not json", source)  # not an object: vLLM's own argument check refuses it
 
 
 def checkpoint(tmp_path, text: str):

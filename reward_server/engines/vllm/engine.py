@@ -51,7 +51,7 @@ from reward_server.engines.base import (
     EngineInputRejected,
     EngineRequestFailed,
 )
-from reward_server.engines.generation_defaults import checked_defaults
+from reward_server.engines.generation_defaults import check_overrides, checked_defaults
 from reward_server.engines.io import EngineOutput, EngineRequest, TokenLogprob
 from reward_server.engines.prompting import PromptCache, load_processor, video_metadata
 from reward_server.engines.step_floor import OPTION
@@ -176,6 +176,9 @@ def _running_tracker(stats, step_log: str | None = None):
 
     return RunningTracker
 
+
+# vLLM's engine argument that overrides the checkpoint's generation config (checked before the load)
+OVERRIDES_OPTION = "override_generation_config"
 
 # Host memory the engine core keeps processed clips in (--mm-processor-cache-gb). It fills as
 # episodes come and then stays full (least recently used entries evicted), whatever the traffic:
@@ -595,6 +598,10 @@ class VllmEngine(Engine):
             p.set("pixel_norm", "dormant", f"retired: this vLLM normalizes on the device itself ({VLLM_SWITCH})")
 
     async def start(self) -> None:
+        # vLLM's own overrides of the checkpoint's sampling defaults, by the same rule as the file,
+        # before anything loads (vLLM's import included): a bad one costs no model load
+        overrides = option_value(self.config.options.get(OVERRIDES_OPTION))
+        check_overrides(overrides, f"--engine-option {OVERRIDES_OPTION}")
         # vLLM first: importing it makes torch's CUDA check ask NVML (PYTORCH_NVML_BASED_CUDA_CHECK).
         # Asked before, the check initializes CUDA's driver here and the engine core, forked from
         # this process, cannot use the GPU ("Cannot re-initialize CUDA in forked subprocess").
