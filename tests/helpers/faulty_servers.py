@@ -64,13 +64,13 @@ class _Handler(BaseHTTPRequestHandler):
             owner.requests += 1
             first = owner.requests == 1
             owner.in_progress += 1
+            self.in_progress = True
             owner.most_in_progress = max(owner.most_in_progress, owner.in_progress)
             owner.deadlines.append(float(self.headers.get("x-reward-deadline-s", "nan")))
         try:
             owner.post(self, data, first)
         finally:
-            with owner.lock:
-                owner.in_progress -= 1
+            owner.release(self)
 
 
 class FaultyRewardServer(ThreadingHTTPServer):
@@ -98,6 +98,15 @@ class FaultyRewardServer(ThreadingHTTPServer):
             n = len(json.loads(data)["requests"])
         results = [{"index": i, "response": response(GOOD)} for i in range(n)]
         self.answer(handler, self.score, 200, {"results": results}, first)
+
+    def release(self, handler: BaseHTTPRequestHandler) -> None:
+        """The request no longer counts as in progress (once). Called just before its answer's last
+        bytes go out: once they have, the client may send its next request before this handler's
+        thread runs again, and counting until then showed 17 requests of a client that holds 16."""
+        with self.lock:
+            if getattr(handler, "in_progress", False):
+                handler.in_progress = False
+                self.in_progress -= 1
 
     def answer(self, handler: BaseHTTPRequestHandler, fault: str, status: int, body: dict, first: bool = False) -> None:
         try:
@@ -136,6 +145,7 @@ class FaultyRewardServer(ThreadingHTTPServer):
         handler.send_header("content-length", str(len(data)))
         handler.end_headers()
         if fault != "drip":
+            self.release(handler)
             handler.wfile.write(data)
             return
         for k in range(len(data)):
