@@ -147,18 +147,15 @@ def read_generation_config(model_path: str) -> dict[str, Any] | None:
 def check_checkpoint(model_path: str) -> None:
     """Before the engine loads: the checkpoint's generation_config.json readable (else a warning
     naming it) and every sampling field it sets within what a request may send (else refused)."""
-    config = read_generation_config(model_path)
-    if config is not None:
-        present = {name: config[name] for name in SAMPLING_FIELDS if config.get(name) is not None}
-        checked_defaults(present, str(Path(model_path) / GENERATION_CONFIG))
+    check_overrides(read_generation_config(model_path), str(Path(model_path) / GENERATION_CONFIG))
 
 
 def check_overrides(overrides: Any, source: str) -> None:
-    """Before the engine loads: the sampling fields an engine option overrides (vLLM's
-    `override_generation_config`, a JSON object) within what a request may send, else refused.
-    The same rule as the checkpoint's file, known before a model of minutes loads; what the
-    engine applies is checked again once loaded (its `sampling_defaults`). Anything else it is
-    given (not an object) is the engine's to refuse."""
+    """Before the engine loads: the sampling fields a JSON object of generation settings sets (the
+    checkpoint's file, or vLLM's `override_generation_config` option) within what a request may
+    send, else refused, naming `source`; known before a model of minutes loads. What the engine
+    applies is checked again once loaded (its `sampling_defaults`). Anything that is not an object
+    (None: no settings) is left alone: the engine refuses what it cannot take."""
     if isinstance(overrides, dict):
         present = {name: overrides[name] for name in SAMPLING_FIELDS if overrides.get(name) is not None}
         checked_defaults(present, source)
