@@ -7,8 +7,8 @@
 # Why: vLLM captures its language model's piecewise CUDA graphs up to 512 tokens by default. A
 # batch's first steps hold one to three episodes (~740 prompt tokens each) while the rest stream
 # in, so they run the 28 layers' compiled pieces one launch at a time, bound by the host's CPU: the
-# first episode's step took 58-97 ms on the hosts measured (its GPU work ~23 ms), longest on the
-# slowest host. Row `lmg` adds graph sizes every 256 tokens from 768 to 2816 to vLLM's default list
+# first episode's step took 58-123 ms on the hosts measured (its GPU work ~23 ms; the `first` field
+# of the shipped preset's K = 1 files under docs/bench/, 2026-12-02 and 2026-12-07). Row `lmg` adds graph sizes every 256 tokens from 768 to 2816 to vLLM's default list
 # (1 to 512 tokens); a step pads to the next size (at most 255 tokens). Row `base` is the preset as
 # it ships. Each row compiles into a torch.compile cache of its own (VLLM_CACHE_ROOT by row name).
 #
