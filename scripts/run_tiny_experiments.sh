@@ -4,11 +4,12 @@
 # about 7 minutes on 2 CPU cores.
 #
 #   bash scripts/run_tiny_experiments.sh [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR]
-#        [--runs A,B,C,D,B3] [--judge-model DIR] [--qwen3-judge-model DIR]
+#        [--runs A,B,C,D,B3] [--steps N|N,RUN=N,...] [--judge-model DIR] [--qwen3-judge-model DIR]
 #
 # The run configs are the full-size ones (configs/rlinf/); TINY below is the only place that makes
 # them small: RLinf's mlp_policy (random init; reads LIBERO's 8 state numbers) instead of
-# OpenVLA-OFT, 2 envs x 16 steps on LIBERO-10 task 8, one group of 2, 2 training steps. The judge
+# OpenVLA-OFT, 2 envs x 16 steps on LIBERO-10 task 8, one group of 2, 2 training steps (--steps: 1
+# for every run, or 1,B=2 for 1 but B's 2; each step is one more rollout and training step). The judge
 # of both B and C is a random-weight tiny Qwen2.5-VL with the Qwen profile on the transformers
 # engine, scoring in logprob mode: random weights write no number, and PRIMO-R1's profile needs a
 # written <answer> (it refuses logprob). --judge-model serves another Qwen2.5-VL checkpoint. Run B3
@@ -62,7 +63,7 @@ TINY=(
   env.train.reward_model.wait_ready_s=120
   actor.micro_batch_size=16 actor.global_batch_size=32 actor.enable_offload=False rollout.enable_offload=False
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
-  runner.max_epochs=2 runner.save_interval=-1
+  runner.save_interval=-1
   # the run configs judge asynchronously; B judges synchronously, so the tiny runs cover both modes
   B:env.train.reward_model.async=False
 )
@@ -84,7 +85,7 @@ TINY_STARVLA=(
   env.train.reward_model.wait_ready_s=120
   actor.micro_batch_size=4 actor.global_batch_size=4 actor.enable_offload=False rollout.enable_offload=False
   actor.fsdp_config.gradient_checkpointing=False actor.fsdp_config.sharding_strategy=no_shard
-  runner.max_epochs=2 runner.save_interval=-1
+  runner.save_interval=-1
   B:env.train.reward_model.async=False
 )
 # The same for the ManiSkill run configs (RLinf's maniskill_ppo_mlp.yaml with the judge).
@@ -98,7 +99,7 @@ TINY_MANISKILL=(
   C:env.train.reward_model.backend=qwen2_5_vl_vllm env.train.reward_model.wait_ready_s=120
   algorithm.update_epoch=1 actor.micro_batch_size=16 actor.global_batch_size=16
   rollout.enable_torch_compile=False rollout.enable_cuda_graph=False
-  runner.max_epochs=2 runner.val_check_interval=-1 runner.save_interval=-1
+  runner.val_check_interval=-1 runner.save_interval=-1
 )
 # ManiSkill without CUDA: CPU physics, and SAPIEN's Vulkan device is the CPU (lavapipe).
 MANISKILL_CPU=(
@@ -109,6 +110,7 @@ MANISKILL_CPU=(
 CPU_ONLY=(weight_syncer.type=bucket +weight_syncer.bucket.bucket_size=536870912 +weight_syncer.bucket.load_instant=true)
 
 env_name=libero; suite=(); rlinf_src=""; out="$ROOT/experiments/tiny-$(date +%Y%m%d-%H%M%S)"; runs=""; judge=""; judge3=""; port=""
+steps=2
 examples=${RLINF_EXAMPLES:-$ROOT/../shared/rlinf_v0.3/examples}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -116,10 +118,11 @@ while [ $# -gt 0 ]; do
     --rlinf) rlinf_src=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
     --judge-model) judge=$2; shift 2 ;;
     --qwen3-judge-model) judge3=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) die "unknown option '$1' (usage: $0 [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR] [--runs A,B,C,D,B3] [--judge-model DIR] [--qwen3-judge-model DIR] [--port N])" ;;
+    *) die "unknown option '$1' (usage: $0 [--env libero|starvla|maniskill] [--rlinf DIR|main] [--out DIR] [--runs A,B,C,D,B3] [--steps N|N,RUN=N,...] [--judge-model DIR] [--qwen3-judge-model DIR] [--port N])" ;;
   esac
 done
 case "$env_name" in
@@ -128,6 +131,22 @@ case "$env_name" in
   maniskill) sim=mani_skill; overrides=("${TINY_MANISKILL[@]}"); runs=${runs:-A,B,C} ;;
   *) die "unknown env '$env_name' (libero, starvla or maniskill)" ;;
 esac
+# Training steps (runner.max_epochs) run by run: "N" for all, "N,RUN=N,..." for N but the runs named.
+declare -A run_steps=()
+default_steps=""
+IFS=, read -r -a step_items <<<"$steps"
+for item in "${step_items[@]}"; do
+  if [[ $item =~ ^[1-9][0-9]*$ ]]; then default_steps=$item
+  elif [[ $item =~ ^(A|B|B3|C|D)=([1-9][0-9]*)$ ]]; then run_steps[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+  else die "--steps '$steps': '$item' is neither a count (e.g. 1) nor RUN=COUNT (e.g. B=2; runs A, B, B3, C, D)"
+  fi
+done
+IFS=, read -r -a run_list <<<"$runs"
+for run in "${run_list[@]}"; do
+  n=${run_steps[$run]:-$default_steps}
+  [ -n "$n" ] || die "--steps '$steps' gives no count for run $run: name it ($run=N) or give one for every run (N,...)"
+  overrides+=("$run:runner.max_epochs=$n")
+done
 if [ "$rlinf_src" = main ]; then
   rlinf_src=$(LIBERO_VENV="$VENV" bash "$ROOT/scripts/setup_rlinf_main.sh" | sed -n 's/^RLINF_MAIN_DIR=//p')
   [ -n "$rlinf_src" ] || die "scripts/setup_rlinf_main.sh gave no RLinf main checkout"
@@ -209,7 +228,6 @@ RLINF_PYTHON="$LIBERO_PY" RAY_ADDRESS=local RAY_TMPDIR="$ray_tmp" RUN_TIMEOUT_S=
   --reward-gpus 0 --port "$port" --out "$out" -- "${overrides[@]}" || status=$?
 
 compare=()
-IFS=, read -r -a run_list <<<"$runs"
 for run in "${run_list[@]}"; do
   log_path=$(cat "$out/run$run/log_path" 2>/dev/null || true)
   if [ -d "$log_path/tensorboard" ]; then compare+=("--run" "$run=$log_path"); fi

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "run_tiny_experiments.sh"
 REWARD_COEF = 5.0  # env.train.reward_coef in the run configs (RLinf's libero_10 default)
 EPISODE_STEPS = 16  # env.train.max_episode_steps in the script's tiny overrides
-TRAIN_STEPS = 2  # runner.max_epochs in the tiny overrides
+TRAIN_STEPS = 2  # runner.max_epochs in the tiny overrides, unless --steps says otherwise
 FILTER_BOUNDS = (0.001, REWARD_COEF - 0.001)  # algorithm.rewards_*_bound in the run configs
 
 
@@ -35,11 +35,19 @@ def scalars(log_dir: Path) -> dict[str, dict[int, float]]:
     return series
 
 
-def values(series: dict[str, dict[int, float]], tag: str) -> np.ndarray:
+def values(series: dict[str, dict[int, float]], tag: str, steps: int = TRAIN_STEPS) -> np.ndarray:
+    """One run's `tag` at each of its `steps` training steps (all of them logged, no other)."""
     assert tag in series, f"{tag} not logged; logged: {sorted(t for t in series if not t.startswith('time/'))}"
     points = series[tag]
-    assert sorted(points) == list(range(TRAIN_STEPS)), points
-    return np.array([points[step] for step in range(TRAIN_STEPS)])
+    assert sorted(points) == list(range(steps)), points
+    return np.array([points[step] for step in range(steps)])
+
+
+def steps_flag(steps: dict[str, int]) -> list[str]:
+    """The script's --steps for these training steps run by run, e.g. {"A": 1, "B": 2} -> A=1,B=2.
+    One training step costs a tiny run ~35 s on the 2-core machine: the tests run a second one
+    only where they assert what it adds (a rollout judged after the policy was trained and synced)."""
+    return ["--steps", ",".join(f"{run}={n}" for run, n in steps.items())]
 
 
 def processes_mentioning(marker: str) -> list[int]:
