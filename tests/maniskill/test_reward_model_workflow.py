@@ -141,6 +141,7 @@ TRAIN_OVERRIDES = [
 # one per env object; SAPIEN on lavapipe; RLinf's bucket weight syncer, the one that runs on CPU);
 # a rollout epoch's steps must be a multiple of the actor's batch (16)
 PPO_STEPS = 16
+PPO_EPOCHS = 1  # one rollout and training step: each more costs ~25 s on the 2-core machine
 PPO_OVERRIDES = (
     [
         "~cluster.component_placement",
@@ -151,7 +152,7 @@ PPO_OVERRIDES = (
         "algorithm.update_epoch=1",
         "actor.micro_batch_size=16",
         "actor.global_batch_size=16",
-        "runner.max_epochs=2",
+        f"runner.max_epochs={PPO_EPOCHS}",
         "runner.val_check_interval=-1",
         "runner.save_interval=-1",
         "weight_syncer.type=bucket",
@@ -256,5 +257,5 @@ def test_rlinfs_own_trainer_learns_from_the_judges_labels_and_ppo_runs_on_the_cl
     scalars = _scalars(ppo_log / "tensorboard")
     # the classifier's reward (its sigmoid, at each episode's end: terminal mode), one value per epoch
     rewards = scalars.get("env/reward_model_output", [])
-    assert len(rewards) == 2 and all(0.0 < r < 1.0 for r in rewards), sorted(scalars)
-    assert len(scalars["train/actor/approx_kl"]) == 2  # the actor trained on those rewards, each epoch
+    assert len(rewards) == PPO_EPOCHS and all(0.0 < r < 1.0 for r in rewards), sorted(scalars)
+    assert len(scalars["train/actor/approx_kl"]) == PPO_EPOCHS  # the actor trained on those rewards, each epoch

@@ -1,7 +1,9 @@
-"""Tiny runs A and B of the ManiSkill configs through RLinf's own training entry point
-(scripts/run_tiny_experiments.sh --env maniskill): RLinf's PPO with its MLP policy on
-PickCube-v1, ManiSkill's CPU physics rendering on lavapipe. Everything asserted here is read
-from what the runner and the reward server wrote."""
+"""Tiny run B of the ManiSkill configs through RLinf's own training entry point
+(scripts/run_tiny_experiments.sh --env maniskill), on RLinf v0.3 and main: RLinf's PPO with its
+MLP policy on PickCube-v1, ManiSkill's CPU physics rendering on lavapipe. Everything asserted here
+is read from what the runner and the reward server wrote. Run A (ManiSkill's own reward) is
+checked on the patched env (tests/maniskill/test_rlinf_maniskill.py); through the whole loop it
+would be RLinf's PPO alone, for ~90 s of the 2-core CI machine."""
 
 from __future__ import annotations
 
@@ -27,28 +29,21 @@ MANISKILL_COEF = 1.0  # env.train.reward_coef in the ManiSkill run configs
 
 
 @pytest.mark.timeout(600)
-def test_tiny_maniskill_runs_native_and_judged_through_rlinfs_entry_point(tmp_path):
-    """Runs A (ManiSkill's dense reward) and B (the judge) of the ManiSkill configs: RLinf's PPO
-    with its MLP policy on PickCube-v1, one env, 16 steps, 2 training steps (the script's
-    TINY_MANISKILL), ManiSkill's CPU physics rendering on lavapipe."""
+def test_tiny_maniskill_run_b_through_rlinfs_entry_point(tmp_path):
+    """Run B (the judge) of the ManiSkill configs: RLinf's PPO with its MLP policy on PickCube-v1,
+    one env, 16 steps, 2 training steps (the script's TINY_MANISKILL; the second rollout is judged
+    after a training step and the weights' sync), ManiSkill's CPU physics rendering on lavapipe."""
     if not (LIBERO_VENV / "bin" / "python").exists():
         pytest.skip(f"no simulator environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
     port = free_port()
-    run_tiny(["--env", "maniskill", "--runs", "A,B", "--out", str(out), "--port", str(port)], tmp_path, timeout=480)
+    run_tiny(["--env", "maniskill", "--runs", "B", "--out", str(out), "--port", str(port)], tmp_path, timeout=480)
     assert not processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
     assert not port_open(port), "the reward server outlived the script"
-    runs = {run: scalars(Path((out / f"run{run}" / "log_path").read_text().strip())) for run in "AB"}
-
-    # Run A: the simulator's own reward, ManiSkill's normalized dense reward at every step
-    a = runs["A"]
-    assert not [tag for tag in a if tag.startswith("env/vlm_")]
-    assert np.all(values(a, "env/return") > 0)
-    assert np.all(np.isfinite(values(a, "rollout/rewards")))
+    b = scalars(Path((out / "runB" / "log_path").read_text().strip()))
 
     # Run B: the judge's score, given once, at the episode's end (truncation at step 16), judged
     # asynchronously (the run config): placed by the env worker, counted in the return it logs
-    b = runs["B"]
     scores = values(b, "env/vlm_score")
     assert np.all((scores > 0) & (scores < 1)), scores
     assert np.all(values(b, "env/vlm_fallback") == 0)
@@ -66,7 +61,7 @@ def test_tiny_maniskill_runs_native_and_judged_through_rlinfs_entry_point(tmp_pa
     png = out / "compare.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     assert re.findall(r"^([AB])\s+(\d)\s", (out / "summary.txt").read_text(), re.M) == [
-        (run, str(step)) for run in "AB" for step in range(TRAIN_STEPS)
+        ("B", str(step)) for step in range(TRAIN_STEPS)
     ]
 
 
@@ -79,17 +74,19 @@ def test_tiny_maniskill_run_b_through_rlinf_mains_entry_point(tmp_path):
         pytest.skip(f"no simulator environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
     port = free_port()
-    args = ["--rlinf", "main", "--env", "maniskill", "--runs", "B", "--out", str(out), "--port", str(port)]
+    # one training step: the test above and the StarVLA test judge a second rollout after a training step
+    args = ["--rlinf", "main", "--env", "maniskill", "--runs", "B", "--steps", "1", "--out", str(out)]
+    args += ["--port", str(port)]
     log = run_tiny(args, tmp_path, timeout=480)
     assert "rlinf: main" in log
     assert not processes_mentioning(str(out)), "RLinf or Ray processes outlived the script"
     assert not port_open(port), "the reward server outlived the script"
     b = scalars(Path((out / "runB" / "log_path").read_text().strip()))
-    scores = values(b, "env/vlm_score")
+    scores = values(b, "env/vlm_score", 1)
     assert np.all((scores > 0) & (scores < 1)), scores
-    assert np.all(values(b, "env/vlm_fallback") == 0)
-    assert np.allclose(values(b, "env/return"), MANISKILL_COEF * scores, rtol=1e-4)
-    assert np.all(np.isfinite(values(b, "rollout/rewards")))
+    assert np.all(values(b, "env/vlm_fallback", 1) == 0)
+    assert np.allclose(values(b, "env/return", 1), MANISKILL_COEF * scores, rtol=1e-4)
+    assert np.all(np.isfinite(values(b, "rollout/rewards", 1)))
     served = (out / "runB" / "server_metrics.txt").read_text()
-    assert requests_counted(served, "/score/batch") == TRAIN_STEPS
+    assert requests_counted(served, "/score/batch") == 1
     assert requests_counted(served, "/score") == 0
