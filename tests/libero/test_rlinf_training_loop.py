@@ -38,7 +38,8 @@ from tests.helpers.tiny_runs import (
 # Not run C: at tiny size it is B's judge (the script gives C the Qwen backend: random weights write
 # no <answer>) judged asynchronously, as B3 and D are, on run C's config, which the fast tier
 # composes (tests/fast/test_rlinf_patch.py); its server's start and stop are in
-# tests/engine/test_experiment_scripts.py. A run costs ~150 s on the 2-core CI machine.
+# tests/engine/test_experiment_scripts.py. Run C cost 160 s of this test on the 2-core CI machine
+# (docs/bench/cpu_suite_2026-12-07_ci_time).
 STEPS = {"A": 1, "B": 2, "D": 1, "B3": 1}
 RUNS = tuple(STEPS)
 

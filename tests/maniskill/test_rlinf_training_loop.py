@@ -3,7 +3,7 @@
 MLP policy on PickCube-v1, ManiSkill's CPU physics rendering on lavapipe. Everything asserted here
 is read from what the runner and the reward server wrote. Run A (ManiSkill's own reward) is
 checked on the patched env (tests/maniskill/test_rlinf_maniskill.py); through the whole loop it
-would be RLinf's PPO alone, for ~90 s of the 2-core CI machine."""
+would be RLinf's PPO alone, for ~100 s of the 2-core CI machine (docs/bench/cpu_suite_2026-12-07_ci_time)."""
 
 from __future__ import annotations
 
