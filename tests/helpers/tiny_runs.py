@@ -45,8 +45,9 @@ def values(series: dict[str, dict[int, float]], tag: str, steps: int = TRAIN_STE
 
 def steps_flag(steps: dict[str, int]) -> list[str]:
     """The script's --steps for these training steps run by run, e.g. {"A": 1, "B": 2} -> A=1,B=2.
-    One training step costs a tiny run ~35 s on the 2-core machine: the tests run a second one
-    only where they assert what it adds (a rollout judged after the policy was trained and synced)."""
+    A second training step cost tiny run A ~25 s on the 2-core machine (docs/bench/
+    cpu_suite_2026-12-07_ci_time): the tests run one only where they assert what it adds (a
+    rollout judged after the policy was trained and its weights synced)."""
     return ["--steps", ",".join(f"{run}={n}" for run, n in steps.items())]
 
 

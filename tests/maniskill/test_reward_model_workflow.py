@@ -141,7 +141,7 @@ TRAIN_OVERRIDES = [
 # one per env object; SAPIEN on lavapipe; RLinf's bucket weight syncer, the one that runs on CPU);
 # a rollout epoch's steps must be a multiple of the actor's batch (16)
 PPO_STEPS = 16
-PPO_EPOCHS = 1  # one rollout and training step: each more costs ~25 s on the 2-core machine
+PPO_EPOCHS = 1  # one rollout and training step (a tiny run's second: ~25 s, docs/bench/cpu_suite_2026-12-07_ci_time)
 PPO_OVERRIDES = (
     [
         "~cluster.component_placement",
