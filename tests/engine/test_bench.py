@@ -1,28 +1,29 @@
 """The benchmark's short mode on the vLLM engine: every path measured in one run, the report
-docs/performance.md quotes."""
+docs/performance.md quotes. It measures the session's vLLM server (--url; a vLLM start costs ~60 s
+on the 2-core machine); test_engine_profile.py runs the bench with --launch."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers.scripts import failure_text
-from tests.helpers.servers import CPU_PRESET
 
 
-def test_bench_short_mode_measures_every_path_in_one_run(tiny_checkpoint, tmp_path):
+def test_bench_short_mode_measures_every_path_in_one_run(vllm_server, video_dir, tmp_path):
     out = tmp_path / "bench.json"
-    launch = f"--config {CPU_PRESET} --engine vllm --model-path {tiny_checkpoint}"
     paths = ["hook_raw", "hook_json", "hook_mp4", "concurrent", "sequential"]
-    args = ["--launch", launch, "--n", "4", "--styles", "logprob", "gen8", "--paths", *paths]
+    args = ["--url", vllm_server.url, "--n", "4", "--styles", "logprob", "gen8", "--paths", *paths]
     proc = subprocess.run(
         [sys.executable, "-m", "reward_tools.bench", *args, "--repeats", "1", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "TMPDIR": str(video_dir)},  # hook_mp4's videos, under the server's --video-root
     )
     assert proc.returncode == 0, failure_text(proc.stderr)
     header, *rows = [
