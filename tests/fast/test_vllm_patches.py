@@ -269,3 +269,23 @@ def test_gpus_get_model_runner_v1_unless_the_user_names_a_runner():
         assert prefer_v1_on_gpus(environ, on_gpu=True) is None and environ == {V2_ENV: named}
     environ = {}
     assert prefer_v1_on_gpus(environ, on_gpu=False) is None and environ == {}
+
+
+def test_the_cpu_worker_moves_into_the_engine_core_unless_the_user_decided():
+    from reward_server.engines.vllm.worker_in_core import ENV, worker_in_core
+
+    env: dict[str, str] = {}
+    assert worker_in_core(None, on_gpu=False, environ=env)[0] and env == {ENV: "0"}  # CPU default
+    for wanted in (None, True, False):  # GPUs: vLLM's own choice, the environment untouched
+        env = {}
+        assert not worker_in_core(wanted, on_gpu=True, environ=env)[0] and env == {}
+    env = {}
+    inside, why = worker_in_core(False, on_gpu=False, environ=env)
+    assert not inside and env == {} and "worker_in_core=false" in why
+    for value, inside in (("1", False), ("0", True)):  # a variable the user set wins over the option
+        env = {ENV: value}
+        assert worker_in_core(not inside, on_gpu=False, environ=env) == (
+            inside,
+            f"{ENV}={value} set before the server started",
+        )
+        assert env == {ENV: value}

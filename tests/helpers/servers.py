@@ -180,6 +180,13 @@ def requests_served(server, route: str) -> float:
     return requests_counted(httpx.get(f"{server.url}/metrics").text, route)
 
 
+def vllm_processes(server) -> list[str]:
+    """The names of a running server's vLLM processes (VLLM::EngineCore, VLLM::Worker), sorted."""
+    import psutil
+
+    return sorted(p.name() for p in psutil.Process(server.proc.pid).children(recursive=True) if "VLLM" in p.name())
+
+
 def post_path(server, path, timeout: float = 30.0) -> httpx.Response:
     """/score for the video at `path` (under one of the server's --video-root)."""
     return post(f"{server.url}/score", json={"task_text": TASK, "video_path": str(path)}, timeout=timeout)

@@ -83,6 +83,7 @@ from reward_server.engines.vllm.step_timing import METHOD as TIMING_METHOD
 from reward_server.engines.vllm.threads import input_threads, use_threads, wanted_threads
 from reward_server.engines.vllm.vision_mlp import METHOD as ALIGN_METHOD
 from reward_server.engines.vllm.worker import FQCN as WORKER_FQCN
+from reward_server.engines.vllm.worker_in_core import worker_in_core
 
 logger = logging.getLogger(__name__)
 
@@ -612,6 +613,8 @@ class VllmEngine(Engine):
         chosen = prefer_v1_on_gpus(os.environ, on_gpu)  # before vLLM reads it for its config
         if chosen:
             logger.info("%s", chosen)
+        inside, why = worker_in_core(self.opts.worker_in_core, on_gpu)  # before vLLM's platform reads it
+        self.patches.set("worker_in_core", "applied" if inside else "off", why)
         self._torch_threads = wanted_threads(self.config.options, on_gpu)
         if self._torch_threads is not None:  # before the engine core starts: it inherits the count (vllm_threads)
             use_threads(self._torch_threads)

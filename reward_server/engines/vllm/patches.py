@@ -169,6 +169,16 @@ PATCHES: tuple[Patch, ...] = (
         options=("profile_dir",),
     ),
     Patch(
+        "worker_in_core",
+        "vLLM's CPU worker inside its engine core, as on one GPU (VLLM_ENABLE_V1_MULTIPROCESSING=0): one "
+        "process and one vLLM import fewer (the tiny server ready in 21.1 s against 27.9 s; 22.4 against "
+        "41.4 s two at once)",
+        ("0.32 (CPU)",),
+        ("V1",),
+        ("VLLM_ENABLE_V1_MULTIPROCESSING, read by CpuPlatform.check_and_update_config",),
+        options=("worker_in_core",),
+    ),
+    Patch(
         "gil_switch",
         "the interpreter's thread switch interval in the server and the engine core (an experiment)",
         ("0.24",),
@@ -237,6 +247,7 @@ class PatchOptions(BaseModel):
     step_floor_ms: float | None = Field(None, ge=0, validation_alias=_name("step_floor_ms"))
     curve_start: Literal["handed", "prefilled"] = Field("handed", validation_alias=_name("curve_start"))
     curve_clip_ids: bool = Field(True, validation_alias=_name("curve_clip_ids"))
+    worker_in_core: bool | None = Field(None, validation_alias=_name("worker_in_core"))
 
 
 # what each option allows, for the error that refuses another value
@@ -248,6 +259,7 @@ _ALLOWED = {
     "cache_hits": _BOOL,
     "heap": _BOOL,
     "curve_clip_ids": _BOOL,
+    "worker_in_core": _BOOL,
     "step_timing": "a file path",
     "step_log": "a file path",
     "torch_threads": "a whole number of threads >= 1 is allowed",

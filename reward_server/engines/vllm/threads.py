@@ -19,7 +19,8 @@ The count reaches the engine core through `OMP_NUM_THREADS`, which the engine co
 reads when torch starts (it inherits the server's environment), as do the server's video decode
 workers started after it (a replaced one; the first ones start before the engine, with torch's
 count). An `OMP_NUM_THREADS` the user set is kept. On CPUs nothing changes unless asked: there
-vLLM's model runs on these threads.
+vLLM's model runs on these threads (in vLLM's worker process; with the worker inside the engine
+core, the CPU default, on vLLM's serving count: engines/vllm/worker_in_core.py).
 """
 
 from __future__ import annotations
