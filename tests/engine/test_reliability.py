@@ -1,6 +1,7 @@
 """Lifecycle and faults with the real engines (vLLM, transformers) on the tiny checkpoint, each
-server a child process: SIGTERM drains and exits, a dead engine is reported and ends the
-process, the client rides out a restart, and work nobody waits for stops inside the engine.
+server a child process: SIGTERM drains and exits, the client rides out a restart, and work nobody
+waits for stops inside the engine. (A dead engine reported and ending the process:
+test_engine_faults.py, after its SIGKILL mid-batch.)
 (Admission, bad input and error mapping are covered on the fast tier: tests/fast/test_server.py,
 test_bad_input.py, test_hostile_input.py.)"""
 
@@ -12,7 +13,6 @@ import threading
 import time
 
 import httpx
-import psutil
 import pytest
 
 from reward_client.client import RetryPolicy, RewardClient
@@ -168,32 +168,6 @@ def test_deadline_aborts_a_long_primo_generation(tmp_path, tiny_checkpoint):
         assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
         assert wait_until(lambda: stats(server.url)["running"] == 0, 30)
         assert stats(server.url)["aborted"] == 1
-    finally:
-        server.stop()
-
-
-def test_engine_death_reports_failed_and_exits_nonzero(tmp_path, tiny_checkpoint):
-    server = _server(tmp_path, "--engine", "vllm", "--model-path", tiny_checkpoint)
-    try:
-        engine_procs = [
-            p
-            for p in psutil.Process(server.proc.pid).children(recursive=True)
-            if "EngineCore" in " ".join(p.cmdline()) + p.name()
-        ]
-        assert engine_procs, [p.cmdline() for p in psutil.Process(server.proc.pid).children(recursive=True)]
-        for p in engine_procs:
-            p.kill()
-        seen = set()
-        deadline = time.monotonic() + 60
-        while server.proc.poll() is None and time.monotonic() < deadline:
-            try:
-                seen.add(httpx.get(f"{server.url}/health", timeout=2).json()["status"])
-                httpx.post(f"{server.url}/score", json=frames_body(), timeout=10)
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        assert server.proc.wait(60) != 0  # a supervisor restarts it
-        assert "failed" in seen or "engine" in server.log_tail(200).lower()
     finally:
         server.stop()
 
