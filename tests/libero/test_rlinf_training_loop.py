@@ -1,4 +1,5 @@
-"""Tiny runs A, B, D and B3 through RLinf's own training entry point (train_embodied_agent.py).
+"""Tiny runs B, D and B3 (RLinf v0.3) and StarVLA's A and B (RLinf main) through RLinf's own training
+entry point (train_embodied_agent.py).
 
 scripts/run_tiny_experiments.sh runs what a user runs (Hydra composes the run config, Ray starts
 the actor, rollout and env workers, the env workers step the real LIBERO-10 simulator, the runner
@@ -22,7 +23,6 @@ from tests.helpers.rlinf import LIBERO_VENV
 from tests.helpers.servers import requests_counted
 from tests.helpers.tiny_runs import (
     EPISODE_STEPS,
-    FILTER_BOUNDS,
     REWARD_COEF,
     color_pixels,
     port_open,
@@ -39,13 +39,17 @@ from tests.helpers.tiny_runs import (
 # no <answer>) judged asynchronously, as B3 and D are, on run C's config, which the fast tier
 # composes (tests/fast/test_rlinf_patch.py); its server's start and stop are in
 # tests/engine/test_experiment_scripts.py. Run C cost 160 s of this test on the 2-core CI machine
-# (docs/bench/cpu_suite_2026-12-07_ci_time).
-STEPS = {"A": 1, "B": 2, "D": 1, "B3": 1}
+# (docs/bench/cpu_suite_2026-12-07_ci_time). Not run A either: LIBERO's own reward through RLinf's
+# entry point runs on RLinf main (the StarVLA test below), the patched v0.3 env with the judge off
+# gives RLinf's original rewards (tests/libero/test_rlinf_integration.py), run A's config is composed
+# by the fast tier and the script's run A, which starts no server, by test_experiment_scripts.py;
+# it cost ~190 s here (docs/bench/cpu_suite_2026-12-07_engine_starts).
+STEPS = {"B": 2, "D": 1, "B3": 1}
 RUNS = tuple(STEPS)
 
 
 @pytest.mark.timeout(1200)
-def test_tiny_runs_a_b_d_b3_through_rlinfs_entry_point(tmp_path):
+def test_tiny_runs_b_d_b3_through_rlinfs_entry_point(tmp_path):
     if not (LIBERO_VENV / "bin" / "python").exists():
         pytest.skip(f"no LIBERO environment at {LIBERO_VENV} (bash scripts/setup_libero_env.sh)")
     out = tmp_path / "tiny"
@@ -59,13 +63,6 @@ def test_tiny_runs_a_b_d_b3_through_rlinfs_entry_point(tmp_path):
 
     def logged(run: str, tag: str) -> np.ndarray:
         return values(runs[run], tag, STEPS[run])
-
-    # Run A: LIBERO's own reward, no judge. A random policy fails both envs of the one group, so
-    # the group has no spread and filter_rewards drops it: RLinf trains on no sample.
-    assert not [tag for tag in runs["A"] if tag.startswith("env/vlm_")]
-    assert np.allclose(logged("A", "env/return"), REWARD_COEF * logged("A", "env/success_once"))
-    assert np.all(logged("A", "env/return") < FILTER_BOUNDS[0])
-    assert np.all(np.isnan(logged("A", "rollout/rewards")))
 
     # B judges synchronously (the script's override), B3 asynchronously: the same checks
     for run in ("B", "B3"):
@@ -103,14 +100,13 @@ def test_tiny_runs_a_b_d_b3_through_rlinfs_entry_point(tmp_path):
     points = re.search(r"^reward_curve_points_total (\S+)$", served, re.M)
     assert points and float(points.group(1)) == STEPS["D"] * 2 * 8  # 2 envs a step, 8 points each
 
-    assert not (out / "runA" / "reward_server.log").exists()  # no judge in run A
     # run B3's judge was the Qwen3-VL checkpoint on its own backend, B's the Qwen2.5-VL one
     assert re.search(r"run B3: .*runB3_qwen3", log) and '"backend":"qwen3_vl"' in log
     assert "--backend qwen3_vl --model-path" in log and "judge_qwen3" in log
 
     summary = (out / "summary.txt").read_text()
     groups = re.findall(r"^(A|B3|B|C|D)\s+(\d)\s.*\s(kept|dropped)$", summary, re.M)
-    expected = [(run, str(step), "dropped" if run == "A" else "kept") for run in RUNS for step in range(STEPS[run])]
+    expected = [(run, str(step), "kept") for run in RUNS for step in range(STEPS[run])]
     assert sorted(groups) == sorted(expected)
 
     png = out / "compare.png"
@@ -118,8 +114,8 @@ def test_tiny_runs_a_b_d_b3_through_rlinfs_entry_point(tmp_path):
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["run"] for r in rows if r["metric"] == "env/return"} == set(RUNS)
-    # matplotlib C0 .. C3: A, B, D, B3 (compare_runs colours the runs in the order given)
-    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)):
+    # matplotlib C0 .. C2: B, D, B3 (compare_runs colours the runs in the order given)
+    for color in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C)):
         assert color_pixels(png, color) > 100, color
 
 
