@@ -124,7 +124,9 @@ def test_video_url_and_bad_input_on_vllm(vllm_server, video_dir):
     (video_dir / "chat_episode.mp4").write_bytes(mp4)
     for url in (f"data:video/mp4;base64,{base64.b64encode(mp4).decode()}", f"file://{video_dir / 'chat_episode.mp4'}"):
         part = {"type": "video_url", "video_url": {"url": url}}
-        r = chat(vllm_server.url, {"model": model, "messages": [{"role": "user", "content": [part]}]})
+        # a few tokens: the server's 4000-token limit at its 10 ms step floor would be 40 s a request
+        body = {"model": model, "messages": [{"role": "user", "content": [part]}], "max_tokens": 4}
+        r = chat(vllm_server.url, body)
         assert r.status_code == 200, r.text
     bad = [
         ({"image_url": {"url": "https://example.com/a.jpg"}, "type": "image_url"}, 400, "invalid_url"),
