@@ -1,6 +1,6 @@
-"""scripts/run_experiments.sh with real reward servers (transformers engine, tiny checkpoint) for
-runs A-C, each with its own server, then compare; and the server stopped when a run fails.
-RLinf's own launcher is a scripted stand-in (tests/helpers/rlinf.py)."""
+"""scripts/run_experiments.sh with real reward servers (transformers engine, tiny checkpoints) for
+runs A, B, B3 (the Qwen3-VL judge) and C, each with its own server, then compare; and the server
+stopped when a run fails. RLinf's own launcher is a scripted stand-in (tests/helpers/rlinf.py)."""
 
 from __future__ import annotations
 
@@ -66,20 +66,24 @@ def _run_experiments(
     return subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=900)
 
 
-def test_runs_a_b_c_each_with_its_server_then_compare(rlinf_tree, tiny_checkpoint, tmp_path):
+def test_runs_a_b_b3_c_each_with_its_server_then_compare(rlinf_tree, tiny_checkpoint, tiny_qwen3_checkpoint, tmp_path):
     port = free_port()
     out = tmp_path / "exp"
-    result = _run_experiments(rlinf_tree, out, tiny_checkpoint, port)
+    qwen3 = ("--runs", "A,B,B3,C", "--qwen3-model", tiny_qwen3_checkpoint)
+    result = _run_experiments(rlinf_tree, out, tiny_checkpoint, port, *qwen3)
     assert result.returncode == 0, failure_text(result.stderr)
     assert not port_open(port)  # every server stopped
     seen = {}
-    for run in "ABC":
+    for run in ("A", "B", "B3", "C"):
         log_path = Path((out / f"run{run}" / "log_path").read_text().strip())
         assert log_path.is_dir() and (log_path / "tensorboard").is_dir()
         seen[run] = (log_path / "reward_health.json").read_text()
     assert seen["A"].strip() == "none"  # no reward server during run A
     assert '"backend":"qwen2_5_vl_vllm"' in seen["B"] and '"status":"ok"' in seen["B"]
     assert '"backend":"PRIMO-R1"' in seen["C"]
+    # run B3: run B's config (runB3_qwen3) judged by the Qwen3-VL checkpoint on its own backend
+    assert '"backend":"qwen3_vl"' in seen["B3"] and '"status":"ok"' in seen["B3"]
+    assert "runB3_qwen3" in (out / "runB3" / "log_path").read_text()
     assert (out / "runB" / "reward_server.log").stat().st_size > 0
     assert (out / "runC" / "reward_server.log").is_file() and not (out / "runA" / "reward_server.log").exists()
 
