@@ -29,7 +29,7 @@ import pytest
 
 from reward_tools.launch import ServerProcess
 from tests.helpers.episodes import episode_frames, inline
-from tests.helpers.servers import CPU_PRESET, STEP_FLOOR_FLAGS, first_token_seen, stats
+from tests.helpers.servers import CPU_PRESET, STEP_FLOOR_FLAGS, first_token_seen, stats, vllm_children
 
 
 def generation(tokens: int, n: int) -> dict:
@@ -76,9 +76,8 @@ def _generating(server: ServerProcess, tokens: int, n: int = 3) -> tuple[threadi
 
 
 def engine_cores(server: ServerProcess) -> list[psutil.Process]:
-    children = psutil.Process(server.proc.pid).children(recursive=True)
-    found = [p for p in children if "EngineCore" in " ".join(p.cmdline()) + p.name()]
-    assert found, [p.cmdline() for p in children]
+    found = vllm_children(server, "EngineCore")
+    assert found, [p.cmdline() for p in psutil.Process(server.proc.pid).children(recursive=True)]
     return found
 
 

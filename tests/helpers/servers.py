@@ -180,11 +180,17 @@ def requests_served(server, route: str) -> float:
     return requests_counted(httpx.get(f"{server.url}/metrics").text, route)
 
 
-def vllm_processes(server) -> list[str]:
-    """The names of a running server's vLLM processes (VLLM::EngineCore, VLLM::Worker), sorted."""
+def vllm_children(server, name: str = "VLLM") -> list:
+    """A running server's vLLM processes (psutil), those whose name holds `name` (VLLM::EngineCore,
+    VLLM::Worker)."""
     import psutil
 
-    return sorted(p.name() for p in psutil.Process(server.proc.pid).children(recursive=True) if "VLLM" in p.name())
+    return [p for p in psutil.Process(server.proc.pid).children(recursive=True) if name in p.name()]
+
+
+def vllm_processes(server) -> list[str]:
+    """The names of a running server's vLLM processes, sorted."""
+    return sorted(p.name() for p in vllm_children(server))
 
 
 def post_path(server, path, timeout: float = 30.0) -> httpx.Response:

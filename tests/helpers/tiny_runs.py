@@ -20,7 +20,6 @@ SCRIPT = REPO / "scripts" / "run_tiny_experiments.sh"
 REWARD_COEF = 5.0  # env.train.reward_coef in the run configs (RLinf's libero_10 default)
 EPISODE_STEPS = 16  # env.train.max_episode_steps in the script's tiny overrides
 TRAIN_STEPS = 2  # runner.max_epochs in the tiny overrides, unless --steps says otherwise
-FILTER_BOUNDS = (0.001, REWARD_COEF - 0.001)  # algorithm.rewards_*_bound in the run configs
 
 
 def scalars(log_dir: Path) -> dict[str, dict[int, float]]:

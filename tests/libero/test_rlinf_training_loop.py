@@ -66,25 +66,25 @@ def test_tiny_runs_b_d_through_rlinfs_entry_point(tmp_path):
     def logged(run: str, tag: str) -> np.ndarray:
         return values(runs[run], tag, STEPS[run])
 
-    # B judges synchronously (the script's override)
-    for run in ("B",):
-        scores = logged(run, "env/vlm_score")
-        assert np.all((scores > 0) & (scores < 1)), scores
-        assert np.all(logged(run, "env/vlm_fallback") == 0)
-        assert np.all(logged(run, "env/vlm_latency_ms") > 0)
-        assert np.all(logged(run, "env/success_once") == 0)  # both envs end by truncation at the last step
-        # the env's return is reward_coef x score, given once, at the first done step
-        assert np.allclose(logged(run, "env/return"), REWARD_COEF * scores, rtol=1e-4)
-        # ... and that is the reward the actor trained on: its mean over the trained samples
-        # (every step up to the first done, the last one here) times the steps per episode
-        trained = logged(run, "rollout/rewards")
-        assert np.allclose(trained * EPISODE_STEPS, REWARD_COEF * scores, rtol=1e-4), (trained, scores)
-        assert not any(math.isnan(v) for v in trained)  # the group (two different scores) is kept
-        assert np.all(logged(run, "rollout/advantages_max") > 0)
-        # both envs end in the same step of each rollout: one batch request per step, no single ones
-        served = (out / f"run{run}" / "server_metrics.txt").read_text()
-        assert requests_counted(served, "/score/batch") == STEPS[run]
-        assert requests_counted(served, "/score") == 0
+    # Run B judges synchronously (the script's override)
+    run = "B"
+    scores = logged(run, "env/vlm_score")
+    assert np.all((scores > 0) & (scores < 1)), scores
+    assert np.all(logged(run, "env/vlm_fallback") == 0)
+    assert np.all(logged(run, "env/vlm_latency_ms") > 0)
+    assert np.all(logged(run, "env/success_once") == 0)  # both envs end by truncation at the last step
+    # the env's return is reward_coef x score, given once, at the first done step
+    assert np.allclose(logged(run, "env/return"), REWARD_COEF * scores, rtol=1e-4)
+    # ... and that is the reward the actor trained on: its mean over the trained samples
+    # (every step up to the first done, the last one here) times the steps per episode
+    trained = logged(run, "rollout/rewards")
+    assert np.allclose(trained * EPISODE_STEPS, REWARD_COEF * scores, rtol=1e-4), (trained, scores)
+    assert not any(math.isnan(v) for v in trained)  # the group (two different scores) is kept
+    assert np.all(logged(run, "rollout/advantages_max") > 0)
+    # both envs end in the same step of each rollout: one batch request per step, no single ones
+    served = (out / f"run{run}" / "server_metrics.txt").read_text()
+    assert requests_counted(served, "/score/batch") == STEPS[run]
+    assert requests_counted(served, "/score") == 0
 
     # Run D: PPO on the judge's 8-point progress curves, judged asynchronously (the run config):
     # the env worker patch placed the terminal reward at the done step and moved each point's gain

@@ -7,8 +7,8 @@ after the engine core, that imports vLLM once more. On a 2-core machine like CI'
 server was ready in a median 21.1 s with the worker in the engine core against 27.9 s without, and
 22.4 s against 41.4 s with two servers starting at once, as the test command's two workers start
 them (docs/bench/cpu_suite_2026-12-07_engine_starts/server_start.txt); the test suite starts a
-vLLM server about forty times. `AsyncLLM` still runs the engine core in its own process either way; only the
-worker moves.
+vLLM server about forty times. `AsyncLLM` still runs the engine core in its own process either
+way; only the worker moves.
 
 What it costs: in the engine core, vLLM runs the model on its serving thread count (one thread
 unless `OMP_NUM_THREADS` is set) without thread binding. For the tiny checkpoint that is nothing;
